@@ -1,0 +1,196 @@
+"""The router <-> worker protocol, version 1 (docs/protocol.md is the specification).
+
+Messages are dataclasses; a frame is `{"v": 1, "msgs": [...]}` encoded with msgpack. Field
+order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
+bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Union
+
+import msgpack
+
+VERSION = 1
+
+
+class ProtocolError(ValueError):
+    """A frame that does not follow docs/protocol.md."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    max_new_tokens: int = 16
+    min_new_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = field(default_factory=list)
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+# ---- router -> worker ----
+
+
+@dataclass(frozen=True, slots=True)
+class Generate:
+    TYPE: ClassVar[str] = "generate"
+    rid: int
+    input_ids: list[int]
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    TYPE: ClassVar[str] = "abort"
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    TYPE: ClassVar[str] = "shutdown"
+
+
+# ---- worker -> router ----
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    TYPE: ClassVar[str] = "ready"
+    model: str
+    vocab_size: int
+    max_context: int
+    kv_capacity: int
+    eos_token_ids: list[int]
+    page_size: int
+    tp_size: int
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOutput:
+    rid: int
+    token: int
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+    finish: str | None = None  # None, "stop" or "length"
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    TYPE: ClassVar[str] = "step"
+    outputs: list[TokenOutput]
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    TYPE: ClassVar[str] = "error"
+    rid: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    TYPE: ClassVar[str] = "load"
+    waiting: int
+    running: int
+    kv_used: int
+    kv_cached: int
+    kv_total: int
+
+
+RouterMsg = Union[Generate, Abort, Shutdown]
+WorkerMsg = Union[Ready, Step, Error, Load]
+Msg = Union[RouterMsg, WorkerMsg]
+
+_BY_TYPE: dict[str, type] = {
+    cls.TYPE: cls for cls in (Generate, Abort, Shutdown, Ready, Step, Error, Load)
+}
+
+
+def _to_wire(msg: Msg) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": msg.TYPE}
+    for f in fields(msg):
+        value = getattr(msg, f.name)
+        if isinstance(value, SamplingParams):
+            value = {g.name: getattr(value, g.name) for g in fields(value)}
+        elif f.name == "outputs":
+            value = [_output_to_wire(o) for o in value]
+        out[f.name] = value
+    return out
+
+
+def _output_to_wire(o: TokenOutput) -> dict[str, Any]:
+    top = None if o.top_logprobs is None else [[t, float(lp)] for t, lp in o.top_logprobs]
+    logprob = None if o.logprob is None else float(o.logprob)
+    return {
+        "rid": o.rid,
+        "token": o.token,
+        "logprob": logprob,
+        "top_logprobs": top,
+        "finish": o.finish,
+        "cached_tokens": o.cached_tokens,
+    }
+
+
+def _from_wire(raw: Any) -> Msg:
+    if not isinstance(raw, dict) or "type" not in raw:
+        raise ProtocolError(f"message must be a map with a 'type'; got {raw!r:.80}")
+    cls = _BY_TYPE.get(raw["type"])
+    if cls is None:
+        raise ProtocolError(f"unknown message type {raw['type']!r}")
+    names = [f.name for f in fields(cls)]
+    missing = [n for n in names if n not in raw]
+    if missing:
+        raise ProtocolError(f"{raw['type']}: missing fields {missing}")
+    kwargs = {n: raw[n] for n in names}
+    if cls is Generate:
+        kwargs["sampling"] = SamplingParams(**kwargs["sampling"])
+    if cls is Step:
+        kwargs["outputs"] = [
+            TokenOutput(
+                **{
+                    **o,
+                    "top_logprobs": None
+                    if o["top_logprobs"] is None
+                    else [(t, lp) for t, lp in o["top_logprobs"]],
+                }
+            )
+            for o in kwargs["outputs"]
+        ]
+    try:
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except TypeError as e:
+        raise ProtocolError(f"{raw['type']}: {e}") from e
+
+
+def encode_frame(msgs: list[Msg]) -> bytes:
+    """One frame: every message of one tick, in order."""
+    return msgpack.packb({"v": VERSION, "msgs": [_to_wire(m) for m in msgs]}, use_bin_type=True)
+
+
+def decode_frame(data: bytes) -> list[Msg]:
+    try:
+        raw = msgpack.unpackb(data, raw=False)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise ProtocolError(f"frame is not msgpack: {e}") from e
+    if not isinstance(raw, dict) or raw.get("v") != VERSION:
+        version = raw.get("v") if isinstance(raw, dict) else None
+        raise ProtocolError(f"frame version must be {VERSION}; got {version!r}")
+    msgs = raw.get("msgs")
+    if not isinstance(msgs, list):
+        raise ProtocolError("frame has no 'msgs' list")
+    return [_from_wire(m) for m in msgs]
