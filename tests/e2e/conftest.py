@@ -1,0 +1,115 @@
+"""A real `minisgl-router` (default model, one CPU worker) shared by the end-to-end tests."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+READY_TIMEOUT_S = 900  # first use converts the default model
+
+
+@dataclass
+class Server:
+    base_url: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def client(self) -> OpenAI:
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, read from /proc (no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def start_router(tmp: Path, *args: str) -> Server:
+    port = free_port()
+    exe = Path(sys.executable).parent / "minisgl-router"
+    log_path = tmp / f"router-{port}.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        [str(exe), "--host", "127.0.0.1", "--port", str(port), *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    server = Server(f"http://127.0.0.1:{port}", proc, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"router exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    pytest.fail(f"router not healthy after {READY_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+def stop_router(server: Server) -> None:
+    """Ctrl-C the router; it must exit 0 and take its workers with it."""
+    workers = descendants(server.proc.pid)
+    assert workers, "the router should have spawned a worker process"
+    server.proc.send_signal(signal.SIGINT)
+    try:
+        code = server.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        pytest.fail(f"router did not exit within 60 s of SIGINT:\n{server.log_tail()}")
+    assert code == 0, server.log_tail()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in workers if alive(p)], "worker processes outlived the router"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_router(tmp_path_factory.mktemp("router"))
+    yield server
+    stop_router(server)

@@ -1,0 +1,72 @@
+"""The Python side of the protocol against the golden vectors (cargo test checks the same files)."""
+
+import importlib.util
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from minisgl_worker.protocol import (
+    Abort,
+    Generate,
+    ProtocolError,
+    SamplingParams,
+    decode_frame,
+    encode_frame,
+)
+
+GOLDEN_DIR = Path(__file__).parent / "data" / "protocol"
+
+
+def _golden_frames() -> dict[str, list]:
+    spec = importlib.util.spec_from_file_location("golden", GOLDEN_DIR / "golden.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FRAMES
+
+
+@pytest.mark.parametrize("name", ["router_frame", "worker_frame"])
+def test_golden_vectors_decode_and_reencode_byte_for_byte(name: str) -> None:
+    data = (GOLDEN_DIR / f"{name}.msgpack").read_bytes()
+    expected = _golden_frames()[name]
+    assert decode_frame(data) == expected
+    assert encode_frame(expected) == data
+
+
+def test_wire_keys_follow_the_documented_order() -> None:
+    raw = msgpack.unpackb(encode_frame([Generate(rid=1, input_ids=[3], sampling=SamplingParams())]))
+    assert list(raw) == ["v", "msgs"]
+    msg = raw["msgs"][0]
+    assert list(msg) == ["type", "rid", "input_ids", "sampling"]
+    assert list(msg["sampling"])[:3] == ["temperature", "top_p", "top_k"]
+
+
+def test_wrong_version_is_rejected() -> None:
+    data = msgpack.packb({"v": 2, "msgs": []})
+    with pytest.raises(ProtocolError, match="version must be 1; got 2"):
+        decode_frame(data)
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"v": 1, "msgs": [{"type": "launch_missiles"}]}, "unknown message type"),
+        ({"v": 1, "msgs": [{"type": "abort"}]}, "missing fields"),
+        ({"v": 1, "msgs": "abort"}, "no 'msgs' list"),
+        ({"v": 1, "msgs": [[1, 2]]}, "must be a map"),
+    ],
+)
+def test_malformed_frames_name_the_problem(raw: dict, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        decode_frame(msgpack.packb(raw))
+
+
+def test_garbage_bytes_are_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="not msgpack"):
+        decode_frame(b"\xc1\xc1\xc1")
+
+
+def test_roundtrip_preserves_batches_in_order() -> None:
+    msgs = [Abort(rid=i) for i in range(100)]
+    assert decode_frame(encode_frame(msgs)) == msgs
