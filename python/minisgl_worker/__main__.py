@@ -1,0 +1,73 @@
+"""`python -m minisgl_worker --model PATH --listen ADDR`: one worker process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+from .engine import Engine, EngineConfig
+from .protocol import Ready
+from .scheduler import Scheduler, ZmqIO, serve
+
+logger = logging.getLogger("minisgl_worker")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
+    p.add_argument("--model", required=True, help="HF-style model folder")
+    p.add_argument("--listen", required=True, help="ipc:// or tcp:// address to bind")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--page-size", type=int, default=1, help="tokens per KV page")
+    p.add_argument("--max-running", type=int, default=0, help="0: 256 on CUDA, 32 on CPU")
+    p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity; 0: auto")
+    p.add_argument("--chunk-size", type=int, default=8192, help="prefill tokens per step")
+    p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
+    return p.parse_args(argv)
+
+
+def _setup_logging() -> None:
+    index = os.environ.get("MINISGL_WORKER_INDEX")
+    prefix = f"[worker {index}] " if index is not None else "[worker] "
+    logging.basicConfig(
+        level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
+        stream=sys.stderr,
+        format=prefix + "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)  # unwinds through `finally`, closing the socket
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _setup_logging()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    config = EngineConfig(
+        model_path=args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
+        max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
+    )
+    engine = Engine(config)
+    scheduler = Scheduler(engine, chunk_size=args.chunk_size)
+    cfg = engine.model_config
+    ready = Ready(
+        model=engine.model_name, vocab_size=cfg.vocab_size, max_context=engine.max_context,
+        kv_capacity=engine.kv_pool.num_slots, eos_token_ids=list(cfg.eos_token_ids),
+        page_size=engine.page_size, tp_size=1, device=str(engine.device),
+    )
+    io = ZmqIO(args.listen)
+    try:
+        serve(scheduler, io, ready)
+    finally:
+        io.close()
+        engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

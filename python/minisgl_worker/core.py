@@ -1,0 +1,163 @@
+"""The shared vocabulary of the worker: requests, batches and the per-batch context.
+
+A request's tokens are `input_ids + output_ids`. `cached_len` of them have their KV in the
+pool; a batch extends each of its requests by `extend_len` tokens (a prefill chunk, or the
+one newest token for a decode), after which `cached_len == device_len`. A request samples a
+token only when its extend reaches the end of its tokens (the last chunk of a prefill, or
+any decode step): `Req.can_sample`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from .protocol import SamplingParams
+
+if TYPE_CHECKING:
+    from .attention.base import BaseAttnBackend
+    from .kvcache.pool import MHAKVPool
+
+__all__ = ["Batch", "Context", "Req", "ReqStatus", "SamplingParams"]
+
+
+class ReqStatus(enum.Enum):
+    WAITING = "waiting"  # queued, no slot and no KV
+    RUNNING = "running"  # holds a table slot and pages (prefilling or decoding)
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+class Req:
+    def __init__(self, rid: int, input_ids: list[int], sampling: SamplingParams) -> None:
+        assert len(input_ids) > 0, "a request needs at least one prompt token"
+        self.rid = rid
+        self.input_ids = list(input_ids)
+        self.sampling = sampling
+        self.output_ids: list[int] = []
+        self.status = ReqStatus.WAITING
+        self.table_idx = -1  # row of the page table while RUNNING
+        self.cached_len = 0  # tokens whose KV is in the pool
+        self.device_len = 0  # cached_len + extend_len of the batch in flight
+        self.prefix_len = 0  # prompt tokens that came from the prefix cache
+        self.generator: torch.Generator | None = None  # per-request RNG when seeded
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def total_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def extend_len(self) -> int:
+        return self.device_len - self.cached_len
+
+    @property
+    def remain_len(self) -> int:
+        """Tokens still without KV (the whole prompt at first, then 1 per decode step)."""
+        return self.total_len - self.cached_len
+
+    @property
+    def can_sample(self) -> bool:
+        return self.device_len == self.total_len
+
+    @property
+    def is_decoding(self) -> bool:
+        return len(self.output_ids) > 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Req(rid={self.rid}, status={self.status.value}, prompt={len(self.input_ids)}, "
+            f"out={len(self.output_ids)}, cached={self.cached_len}, slot={self.table_idx})"
+        )
+
+
+Phase = Literal["prefill", "decode", "mixed"]
+
+
+@dataclass
+class Batch:
+    """One forward pass. Tensors live on the engine's device; built by the scheduler."""
+
+    reqs: list[Req]
+    input_ids: torch.Tensor  # (T,) int64, every request's extend tokens back to back
+    positions: torch.Tensor  # (T,) int64
+    out_loc: torch.Tensor  # (T,) int64, KV pool slot for each token
+    extend_lens: list[int]  # per request, sums to T
+    attn_metadata: Any = None  # filled by the attention backend's prepare_metadata
+    sample_reqs: list[Req] = field(default_factory=list)  # reqs with can_sample, in order
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def phase(self) -> Phase:
+        decodes = sum(1 for r in self.reqs if r.is_decoding)
+        if decodes == len(self.reqs):
+            return "decode"
+        return "prefill" if decodes == 0 else "mixed"
+
+    @property
+    def last_token_indices(self) -> list[int]:
+        """Index in the flat token dim of each sampling request's last token."""
+        out, end = [], 0
+        for req, n in zip(self.reqs, self.extend_lens):
+            end += n
+            if req.can_sample:
+                out.append(end - 1)
+        return out
+
+
+class Context:
+    """Everything a layer needs during a forward that is not a tensor argument."""
+
+    def __init__(self, attn_backend: BaseAttnBackend, kv_pool: MHAKVPool) -> None:
+        self.attn_backend = attn_backend
+        self.kv_pool = kv_pool
+        self._batch: Batch | None = None
+
+    @property
+    def batch(self) -> Batch:
+        assert self._batch is not None, "no batch is being forwarded"
+        return self._batch
+
+    @contextmanager
+    def forward_batch(self, batch: Batch) -> Iterator[None]:
+        assert self._batch is None, "forward_batch is not reentrant"
+        self._batch = batch
+        try:
+            yield
+        finally:
+            self._batch = None
+
+
+_GLOBAL_CTX: Context | None = None
+
+
+def set_global_ctx(ctx: Context) -> None:
+    """Set once per engine; `clear_global_ctx` when the engine shuts down."""
+    global _GLOBAL_CTX
+    assert _GLOBAL_CTX is None, "global context already set: shut the other Engine down first"
+    _GLOBAL_CTX = ctx
+
+
+def clear_global_ctx() -> None:
+    global _GLOBAL_CTX
+    _GLOBAL_CTX = None
+
+
+def get_global_ctx() -> Context:
+    assert _GLOBAL_CTX is not None, "global context not set: build an Engine first"
+    return _GLOBAL_CTX

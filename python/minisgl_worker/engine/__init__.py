@@ -1,0 +1,7 @@
+"""The engine (model + KV pool + attention + sampler on one device) and its config."""
+
+from .config import EngineConfig
+from .engine import Engine, ForwardOutput
+from .sampler import SampleOutput, Sampler
+
+__all__ = ["Engine", "EngineConfig", "ForwardOutput", "SampleOutput", "Sampler"]

@@ -1,0 +1,41 @@
+"""Paged MHA KV pool: per layer, k and v buffers shaped (pages, page_size, kv_heads, D).
+
+Attention addresses the pool by *slot* (`page * page_size + offset`), a flat index into the
+(pages * page_size, kv_heads, D) view; the page table holds one slot per token position."""
+
+from __future__ import annotations
+
+import torch
+
+
+class MHAKVPool:
+    def __init__(
+        self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
+        head_dim: int, dtype: torch.dtype, device: torch.device,
+    ) -> None:
+        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_pages = num_pages
+        self.page_size = page_size
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    def k_slots(self, layer: int) -> torch.Tensor:
+        return self.k[layer].view(self.num_slots, *self.k.shape[3:])  # (S, Hkv, D)
+
+    def v_slots(self, layer: int) -> torch.Tensor:
+        return self.v[layer].view(self.num_slots, *self.v.shape[3:])
+
+    def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """loc (T,) slots; k, v (T, Hkv, D)."""
+        self.k_slots(layer)[loc] = k
+        self.v_slots(layer)[loc] = v
+
+    @staticmethod
+    def bytes_per_token(
+        num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize

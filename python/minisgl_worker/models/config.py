@@ -1,0 +1,96 @@
+"""`ModelConfig.from_hf`: the one place that knows Hugging Face config.json quirks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..layers.rotary import RopeScaling
+
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_context: int  # max_position_embeddings
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert self.num_heads % self.num_kv_heads == 0, "num_heads must divide by kv heads"
+        assert self.model_type in SUPPORTED_ARCHS, f"unsupported model_type {self.model_type}"
+
+    @classmethod
+    def from_hf(cls, path: str | Path) -> ModelConfig:
+        path = Path(path)
+        raw: dict[str, Any] = json.loads((path / "config.json").read_text())
+        model_type = raw.get("model_type", "llama")
+        heads = raw["num_attention_heads"]
+        attention_bias = bool(raw.get("attention_bias", False))
+        assert not raw.get("mlp_bias", False), "mlp_bias is not supported"
+        assert raw.get("hidden_act", "silu") == "silu", f"hidden_act {raw.get('hidden_act')}"
+        theta, scaling = _rope(raw)
+        return cls(
+            model_type=model_type,
+            vocab_size=raw["vocab_size"],
+            hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"],
+            num_layers=raw["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=raw.get("num_key_value_heads") or heads,
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            max_context=raw.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            # Qwen2 always biases q/k/v (and never o); Llama's attention_bias covers all four.
+            qkv_bias=attention_bias or model_type == "qwen2",
+            o_bias=attention_bias and model_type != "qwen2",
+            qk_norm=model_type == "qwen3",
+            rope_scaling=scaling,
+            eos_token_ids=_eos_ids(path, raw),
+        )
+
+
+def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling]:
+    # transformers >= 5 writes `rope_parameters` (theta inside); older configs write
+    # `rope_theta` plus an optional `rope_scaling` dict that says `type` or `rope_type`.
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return theta, RopeScaling()
+    if rope_type not in ("linear", "llama3"):
+        raise NotImplementedError(f"rope_type {rope_type!r} is not supported yet")
+    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    return theta, RopeScaling(rope_type=rope_type, **{k: params[k] for k in keys if k in params})
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def _eos_ids(path: Path, raw: dict[str, Any]) -> tuple[int, ...]:
+    ids = _as_list(raw.get("eos_token_id"))
+    gen = path / "generation_config.json"
+    if gen.exists():
+        ids += _as_list(json.loads(gen.read_text()).get("eos_token_id"))
+    return tuple(dict.fromkeys(ids))  # dedupe, keep order

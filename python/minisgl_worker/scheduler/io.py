@@ -1,0 +1,52 @@
+"""The worker's socket: a ZeroMQ DEALER that binds the --listen address (the router
+connects). One frame in may carry many messages; one frame out carries one step's."""
+
+from __future__ import annotations
+
+import logging
+
+import zmq
+
+from ..protocol import Error, Msg, ProtocolError, RouterMsg, decode_frame, encode_frame
+
+logger = logging.getLogger(__name__)
+
+
+class ZmqIO:
+    def __init__(self, address: str) -> None:
+        self._ctx = zmq.Context()
+        self.sock = self._ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 1000)  # let the last frame go out on shutdown
+        self.sock.bind(address)
+        self.address = address
+
+    def recv(self, timeout_s: float) -> tuple[list[RouterMsg], list[Error]]:
+        """Wait up to timeout_s for a frame, then drain what is queued. Returns the messages
+        and an Error (rid nil) for every frame that did not decode."""
+        msgs: list[RouterMsg] = []
+        errors: list[Error] = []
+        if not self.sock.poll(int(timeout_s * 1000)):
+            return msgs, errors
+        while True:
+            try:
+                data = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return msgs, errors
+            try:
+                msgs += decode_frame(data)  # type: ignore[arg-type]
+            except (ProtocolError, TypeError, ValueError, KeyError) as e:
+                logger.warning("dropping a bad frame: %s", e)
+                errors.append(Error(rid=None, message=f"bad frame: {e}"))
+
+    def send(self, msgs: list[Msg], block: bool = True) -> None:
+        """One frame. A non-blocking send (Load) is dropped when no router is connected."""
+        if not msgs:
+            return
+        try:
+            self.sock.send(encode_frame(msgs), 0 if block else zmq.NOBLOCK)
+        except zmq.Again:
+            logger.debug("no router connected; dropped %d messages", len(msgs))
+
+    def close(self, linger_ms: int = 1000) -> None:
+        self.sock.close(linger=linger_ms)
+        self._ctx.term()

@@ -1,0 +1,68 @@
+"""The worker's event loop (non-overlapping): receive, schedule + run one batch, send one
+frame with everything the step produced. Idle, it blocks on the socket until a message
+arrives or a Load is due, so an idle worker uses no CPU."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..protocol import Abort, Error, Generate, Msg, Ready, Shutdown, Step, TokenOutput
+from .io import ZmqIO
+from .scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+LOAD_INTERVAL_BUSY_S = 0.5
+LOAD_INTERVAL_IDLE_S = 1.0
+
+
+def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready) -> None:
+    """Run until a Shutdown arrives."""
+    io.send([ready])
+    logger.info("ready on %s", io.address)
+    last_load = time.monotonic()
+    while True:
+        out: list[Msg] = []
+        wait = 0.0 if scheduler.has_work else _until_load(last_load, LOAD_INTERVAL_IDLE_S)
+        msgs, errors = io.recv(wait)
+        out += errors
+        for msg in msgs:
+            if isinstance(msg, Shutdown):
+                logger.info("shutdown requested")
+                return
+            error = _handle(scheduler, msg)
+            if error is not None:
+                out.append(error)
+        outputs = _step(scheduler, out)
+        if outputs:
+            out.append(Step(outputs))
+        io.send(out)
+        interval = LOAD_INTERVAL_BUSY_S if scheduler.has_work else LOAD_INTERVAL_IDLE_S
+        if time.monotonic() - last_load >= interval:
+            last_load = time.monotonic()
+            io.send([scheduler.load()], block=False)
+
+
+def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
+    if isinstance(msg, Generate):
+        return scheduler.add_request(msg)
+    if isinstance(msg, Abort):
+        scheduler.abort(msg.rid)
+        return None
+    return Error(rid=None, message=f"a worker does not accept {type(msg).__name__} messages")
+
+
+def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
+    try:
+        return scheduler.step()
+    except Exception as e:  # a crash in one step fails the requests it held, not the worker
+        logger.exception("step failed")
+        for rid in list(scheduler.reqs):
+            scheduler.abort(rid)
+            out.append(Error(rid=rid, message=f"worker step failed: {e!r}"))
+        return []
+
+
+def _until_load(last_load: float, interval: float) -> float:
+    return max(0.0, last_load + interval - time.monotonic())

@@ -1,0 +1,49 @@
+"""PrefillAdder: picks the prefill work of one step under a token budget (chunked prefill).
+
+Requests are taken in order (partially prefilled ones first, then the waiting queue). Each
+gets as many of its remaining prompt tokens as the budget and the free KV pages allow; a
+prompt longer than the budget is split across steps, its first chunks sampling nothing.
+Admission stops at the first request that gets nothing, so the queue stays FIFO."""
+
+from __future__ import annotations
+
+from ..core import Req, ReqStatus
+from .cache import CacheManager
+from .table import TableManager
+
+
+class PrefillAdder:
+    def __init__(
+        self, token_budget: int, table: TableManager, cache: CacheManager, reserve_pages: int
+    ) -> None:
+        self.budget = token_budget
+        self.table = table
+        self.cache = cache
+        self.reserve_pages = reserve_pages  # kept free so running decodes can grow next step
+        self.added: list[Req] = []
+
+    def try_add(self, req: Req) -> bool:
+        """Schedule a chunk of req (sets device_len and its KV slots); False if none fits."""
+        if self.budget <= 0:
+            return False
+        is_new = req.status == ReqStatus.WAITING
+        if is_new:
+            if not self.table.can_allocate():
+                return False
+            req.table_idx = self.table.allocate()
+            self.cache.admit(req)
+        extend = min(req.remain_len, self.budget, self.cache.token_room(req, self.reserve_pages))
+        if extend <= 0:
+            if is_new:  # undo the admission; it stays at the head of the queue
+                self.cache.release(req, finished=False)
+                self.table.free(req.table_idx)
+                req.table_idx, req.cached_len, req.device_len = -1, 0, 0
+            return False
+        if is_new:
+            req.status = ReqStatus.RUNNING
+            if not req.output_ids:  # a retracted request keeps its first report
+                req.prefix_len = req.cached_len
+        req.device_len = req.cached_len + extend
+        self.budget -= extend
+        self.added.append(req)
+        return True

@@ -1,0 +1,204 @@
+"""The scheduler: requests in, batches to the engine, tokens out.
+
+`step()` = schedule -> engine.forward_batch -> process_results. Each batch mixes every
+decoding request (one token each) with prefill chunks under the token budget (continuous
+batching). The loop in `loop.py` is non-overlapping; an overlap loop later launches batch
+N before calling `process_results` for N-1 (aborts must then wait for the batch in flight
+before freeing pages)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import torch
+
+from ..core import Batch, Req, ReqStatus
+from ..engine import Engine, ForwardOutput
+from ..kvcache import PageAllocator, create_prefix_cache
+from ..protocol import Error, Generate, Load, TokenOutput
+from .cache import CacheManager
+from .decode import DecodeManager
+from .prefill import PrefillAdder
+from .table import TableManager
+
+logger = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "naive"):
+        assert chunk_size >= 1
+        self.engine = engine
+        self.chunk_size = chunk_size
+        self.page_size = engine.page_size
+        self.max_context = engine.max_context
+        self.eos_ids = set(engine.model_config.eos_token_ids)
+        self.table = TableManager(engine.page_table)
+        self.allocator = PageAllocator(engine.kv_pool.num_pages)
+        self.cache = CacheManager(
+            self.allocator, create_prefix_cache(prefix_cache), engine.page_table, self.page_size
+        )
+        self.reqs: dict[int, Req] = {}  # every live request, by rid
+        self.waiting: deque[Req] = deque()
+        self.prefilling: list[Req] = []  # running, prompt not done (chunked)
+        self.decode = DecodeManager()
+
+    # ---- requests in ----
+
+    def add_request(self, msg: Generate) -> Error | None:
+        n, vocab = len(msg.input_ids), self.engine.model_config.vocab_size
+        if msg.rid in self.reqs:
+            return Error(msg.rid, f"rid {msg.rid} is already running")
+        if n == 0:
+            return Error(msg.rid, "input_ids is empty")
+        if n >= self.max_context:
+            return Error(
+                msg.rid,
+                f"prompt has {n} tokens but this worker's max_context is {self.max_context} "
+                f"(model context {self.engine.model_config.max_context}, KV capacity "
+                f"{self.engine.kv_pool.num_slots} tokens): at most {self.max_context - 1} fit",
+            )
+        bad = [t for t in msg.input_ids if not 0 <= t < vocab]
+        if bad:
+            return Error(msg.rid, f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})")
+        req = Req(msg.rid, msg.input_ids, msg.sampling)
+        self.reqs[req.rid] = req
+        self.waiting.append(req)
+        return None
+
+    def abort(self, rid: int) -> None:
+        """Forget the request and free what it holds; unknown or finished rids are a no-op."""
+        req = self.reqs.get(rid)
+        if req is None:
+            return
+        if req.status == ReqStatus.WAITING:
+            self.waiting.remove(req)
+        elif req in self.prefilling:
+            self.prefilling.remove(req)
+        else:
+            self.decode.remove(req)
+        self._end(req, ReqStatus.ABORTED)
+
+    # ---- one step ----
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.reqs)
+
+    def step(self) -> list[TokenOutput]:
+        batch = self.schedule()
+        if batch is None:
+            return []
+        return self.process_results(batch, self.engine.forward_batch(batch))
+
+    def schedule(self) -> Batch | None:
+        retracted = self.decode.retract_until_fits(self.cache, self._retract)
+        if retracted:
+            logger.warning("KV pool full: retracted %d decoding requests", retracted)
+        decodes = list(self.decode.reqs)
+        locs: list[torch.Tensor] = []
+        for req in decodes:  # their pages were counted by retract_until_fits
+            req.device_len = req.total_len
+            locs.append(self.cache.extend(req, req.device_len))
+        adder = PrefillAdder(
+            max(self.chunk_size - len(decodes), 1), self.table, self.cache, len(decodes)
+        )
+        for req in [*self.prefilling, *self.waiting]:
+            if not adder.try_add(req):
+                break
+            locs.append(self.cache.extend(req, req.device_len))
+        if not decodes and not adder.added and self.prefilling:
+            # Partial prefills hold the whole pool and none can grow: give one back.
+            logger.warning("KV pool full of partial prefills: retracting rid %d",
+                           self.prefilling[-1].rid)
+            self._retract(self.prefilling.pop())
+            return self.schedule()
+        for req in adder.added:
+            if req not in self.prefilling:
+                self.waiting.remove(req)
+                self.prefilling.append(req)
+        reqs = decodes + adder.added
+        return self._build_batch(reqs, locs) if reqs else None
+
+    def _build_batch(self, reqs: list[Req], locs: list[torch.Tensor]) -> Batch:
+        device = self.engine.device
+        ids: list[int] = []
+        pos: list[int] = []
+        for req in reqs:
+            ids += req.all_ids[req.cached_len : req.device_len]
+            pos += range(req.cached_len, req.device_len)
+        out_loc = torch.cat(locs)
+        assert out_loc.shape[0] == len(ids) > 0
+        return Batch(
+            reqs=reqs,
+            input_ids=torch.tensor(ids, dtype=torch.long, device=device),
+            positions=torch.tensor(pos, dtype=torch.long, device=device),
+            out_loc=out_loc,
+            extend_lens=[r.extend_len for r in reqs],
+            sample_reqs=[r for r in reqs if r.can_sample],
+        )
+
+    def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
+        for req in batch.reqs:
+            req.cached_len = req.device_len
+        outputs = []
+        for i, req in enumerate(batch.sample_reqs):
+            token = out.next_tokens_cpu[i]
+            req.output_ids.append(token)
+            finish = self._finish_reason(req, token)
+            outputs.append(TokenOutput(
+                req.rid, token, out.logprobs[i], out.top_logprobs[i], finish, req.prefix_len
+            ))
+            if req in self.prefilling:
+                self.prefilling.remove(req)
+                if finish is None:
+                    self.decode.add(req)
+            elif finish is not None:
+                self.decode.remove(req)
+            if finish is not None:
+                self._end(req, ReqStatus.FINISHED)
+        return outputs
+
+    def _finish_reason(self, req: Req, token: int) -> str | None:
+        s = req.sampling
+        is_stop = token in s.stop_token_ids or (token in self.eos_ids and not s.ignore_eos)
+        if is_stop and len(req.output_ids) >= s.min_new_tokens:
+            return "stop"
+        if len(req.output_ids) >= s.max_new_tokens or req.total_len >= self.max_context:
+            return "length"
+        return None
+
+    # ---- freeing ----
+
+    def _end(self, req: Req, status: ReqStatus) -> None:
+        if req.status == ReqStatus.RUNNING:
+            self.cache.release(req, finished=status == ReqStatus.FINISHED)
+            self.table.free(req.table_idx)
+        req.status, req.table_idx = status, -1
+        del self.reqs[req.rid]
+
+    def _retract(self, req: Req) -> None:
+        self.cache.release(req, finished=False)
+        self.table.free(req.table_idx)
+        req.status, req.table_idx, req.cached_len, req.device_len = ReqStatus.WAITING, -1, 0, 0
+        self.waiting.appendleft(req)
+
+    def load(self) -> Load:
+        ps = self.page_size
+        return Load(
+            waiting=len(self.waiting),
+            running=len(self.prefilling) + len(self.decode),
+            kv_used=self.cache.num_used_pages * ps,
+            kv_cached=self.cache.prefix_cache.sizes().evictable_pages * ps,
+            kv_total=self.allocator.num_pages * ps,
+        )
+
+    def check_invariants(self) -> None:
+        """Page and slot accounting; cheap enough for tests and debug runs."""
+        running = self.prefilling + self.decode.reqs
+        assert len(running) == self.table.num_used, (len(running), self.table.num_used)
+        assert len(running) + len(self.waiting) == len(self.reqs)
+        if not running:
+            sizes = self.cache.prefix_cache.sizes()
+            free = self.allocator.num_free + sizes.evictable_pages
+            assert sizes.protected_pages == 0 and free == self.allocator.num_pages
