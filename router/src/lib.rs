@@ -1,1 +1,57 @@
-pub fn x(){}
+//! minisgl's router: the OpenAI-compatible HTTP front end (tokenization, chat templates,
+//! detokenization, stop strings) in front of Python workers reached over ZeroMQ.
+//!
+//! Built into the wheel as `minisgl_worker._router`; `minisgl-router` calls [`main`].
+
+pub mod chat;
+pub mod chat_template;
+pub mod completions;
+pub mod config;
+pub mod detokenize;
+pub mod error;
+pub mod generate;
+pub mod openai;
+pub mod params;
+pub mod policy;
+pub mod respond;
+pub mod run;
+pub mod server;
+pub mod state;
+pub mod stop;
+pub mod tokenizer;
+pub mod worker;
+
+use clap::Parser;
+use pyo3::prelude::*;
+
+/// `_router.main(argv, python, default_model) -> exit code`.
+///
+/// `argv[0]` is the program name. `python` is the interpreter that spawns the workers.
+/// `default_model` is called (with the GIL) for a model folder when `--model` is absent.
+/// The server runs with the GIL released; every failure is one line on stderr, never a
+/// traceback.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>, python: String, default_model: Py<PyAny>) -> i32 {
+    let mut config = match config::Config::try_parse_from(&argv) {
+        Ok(config) => config,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    if config.model.is_none() {
+        match default_model.bind(py).call0().and_then(|path| path.str().map(|s| s.to_string())) {
+            Ok(path) => config.model = Some(path.into()),
+            Err(e) => {
+                eprintln!("minisgl-router: error: cannot prepare the default model: {e}");
+                return 1;
+            }
+        }
+    }
+    py.detach(|| run::run(config, python))
+}
+
+#[pymodule]
+fn _router(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(main, m)?)
+}

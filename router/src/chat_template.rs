@@ -1,0 +1,231 @@
+//! The model's chat template (Jinja, as Hugging Face renders it) through minijinja.
+//!
+//! Found in tokenizer_config.json (`chat_template`: a string, or a list of `{name, template}`
+//! of which "default" is used) or in chat_template.jinja. Rendered like transformers does:
+//! trim_blocks and lstrip_blocks on, Python string methods (pycompat), `raise_exception`,
+//! `tojson`, `strftime_now`, loop controls, with `bos_token`/`eos_token` and
+//! `add_generation_prompt = true`.
+
+use std::path::Path;
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use crate::error::ApiError;
+
+const TEMPLATE_NAME: &str = "chat";
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+/// One message as the template sees it (content already flattened to text).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TemplateMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatTemplate {
+    /// The template of the model folder `dir`, or None when it has none.
+    pub fn from_model_dir(dir: &Path) -> Result<Option<Self>, String> {
+        let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Json::Null);
+        let jinja = dir.join("chat_template.jinja");
+        let source = match template_from_config(&config) {
+            Some(source) => source,
+            None if jinja.exists() => std::fs::read_to_string(&jinja)
+                .map_err(|e| format!("cannot read {}: {e}", jinja.display()))?,
+            None => return Ok(None),
+        };
+        let bos = special_token(&config, "bos_token");
+        let eos = special_token(&config, "eos_token");
+        Self::new(source, bos, eos).map(Some)
+    }
+
+    pub fn new(source: String, bos_token: String, eos_token: String) -> Result<Self, String> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .map_err(|e| format!("the chat template does not parse: {e}"))?;
+        Ok(Self { env, bos_token, eos_token })
+    }
+
+    pub fn render(&self, messages: &[TemplateMessage]) -> Result<String, ApiError> {
+        let template = self.env.get_template(TEMPLATE_NAME).expect("added in new()");
+        let ctx = context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        // A template error is nearly always about the messages (e.g. roles out of order),
+        // so it is the client's to fix.
+        template
+            .render(ctx)
+            .map_err(|e| ApiError::invalid("messages", format!("chat template: {}", error_text(&e))))
+    }
+}
+
+fn error_text(e: &Error) -> String {
+    match e.detail() {
+        Some(detail) => detail.to_string(),
+        None => e.to_string(),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Option<Json>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| format!("{} is not valid JSON: {e}", path.display()))
+}
+
+fn template_from_config(config: &Json) -> Option<String> {
+    match config.get("chat_template")? {
+        Json::String(s) => Some(s.clone()),
+        Json::Array(named) => named
+            .iter()
+            .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+            .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+        _ => None,
+    }
+}
+
+/// `bos_token` / `eos_token` may be a string or an AddedToken map `{"content": ...}`.
+fn special_token(config: &Json, key: &str) -> String {
+    match config.get(key) {
+        Some(Json::String(s)) => s.clone(),
+        Some(map) => map.get("content").and_then(Json::as_str).unwrap_or("").to_string(),
+        None => String::new(),
+    }
+}
+
+fn raise_exception(message: String) -> Result<String, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+fn strftime_now(format: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    strftime(secs, &format)
+}
+
+const MONTHS: [&str; 12] = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+];
+
+/// The subset of strftime that chat templates use (UTC): %Y %m %d %B %b %H %M %S %%.
+fn strftime(unix_secs: i64, format: &str) -> String {
+    let (year, month, day) = civil_from_days(unix_secs.div_euclid(86_400));
+    let secs_of_day = unix_secs.rem_euclid(86_400);
+    let month_name = MONTHS[(month - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('B') => out.push_str(month_name),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('H') => out.push_str(&format!("{:02}", secs_of_day / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", secs_of_day / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", secs_of_day % 60)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days since 1970-01-01 to (year, month, day); Howard Hinnant's algorithm.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::tests::tiny_model_dir;
+
+    fn msg(role: &str, content: &str) -> TemplateMessage {
+        TemplateMessage { role: role.into(), content: content.into() }
+    }
+
+    #[test]
+    fn renders_chatml_with_default_system_prompt() {
+        let t = ChatTemplate::from_model_dir(&tiny_model_dir()).unwrap().unwrap();
+        let text = t.render(&[msg("user", "Hi")]).unwrap();
+        assert_eq!(
+            text,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+             Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn hf_idioms_work() {
+        let source = "{% for m in messages %}{% if m.role not in ['user'] %}\
+            {{ raise_exception('only user') }}{% endif %}{{ bos_token }}{{ m.content.strip() | tojson }}\
+            {% if loop.index > 0 %}{% break %}{% endif %}{% endfor %}{{ eos_token }}";
+        let t = ChatTemplate::new(source.into(), "<s>".into(), "</s>".into()).unwrap();
+        assert_eq!(t.render(&[msg("user", "  hi ")]).unwrap(), "<s>\"hi\"</s>");
+        let err = t.render(&[msg("system", "x")]).unwrap_err();
+        assert_eq!(err.message(), "chat template: only user");
+    }
+
+    #[test]
+    fn picks_the_default_of_named_templates_and_token_maps() {
+        let config = serde_json::json!({
+            "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}],
+            "eos_token": {"content": "</s>"}
+        });
+        assert_eq!(template_from_config(&config).as_deref(), Some("D"));
+        assert_eq!(special_token(&config, "eos_token"), "</s>");
+        assert_eq!(special_token(&config, "bos_token"), "");
+    }
+
+    #[test]
+    fn no_template_is_none() {
+        let dir = std::env::temp_dir().join(format!("minisgl-no-template-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(ChatTemplate::from_model_dir(&dir).unwrap().is_none());
+    }
+
+    #[test]
+    fn strftime_formats_utc_dates() {
+        // 2024-02-29 13:05:09 UTC
+        assert_eq!(strftime(1_709_211_909, "%d %B %Y %H:%M:%S (%b) 100%%"), "29 February 2024 13:05:09 (Feb) 100%");
+    }
+}

@@ -1,0 +1,139 @@
+//! Command-line flags of `minisgl-router`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "minisgl-router", version, about = "minisgl's OpenAI-compatible server: a Rust router in front of Python workers.")]
+pub struct Config {
+    /// Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, config.json,
+    /// weights); without it the embedded default model is served.
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// The name clients pass as `model` (default: the model folder's name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Local workers to spawn (default 1, or 0 when --worker is given).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Attach a worker started elsewhere with `python -m minisgl_worker --listen ...` (repeatable).
+    #[arg(long = "worker", value_name = "tcp://HOST:PORT")]
+    pub remote_workers: Vec<String>,
+    /// Device of the spawned workers.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// Weight and activation dtype of the spawned workers.
+    #[arg(long, value_enum, default_value_t = Dtype::Auto)]
+    pub dtype: Dtype,
+    /// KV cache page size of the spawned workers (their default when absent).
+    #[arg(long)]
+    pub page_size: Option<u32>,
+    /// Most requests a spawned worker runs at once (its default when absent).
+    #[arg(long)]
+    pub max_running: Option<u32>,
+    /// Seconds to wait for every worker's `ready`.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub ready_timeout: u64,
+    /// error, warn, info, debug or trace (RUST_LOG-style filters work too).
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    Auto,
+    Float32,
+    Bfloat16,
+    Float16,
+}
+
+impl Config {
+    /// How many workers to spawn here.
+    pub fn local_workers(&self) -> usize {
+        self.workers.unwrap_or(if self.remote_workers.is_empty() { 1 } else { 0 })
+    }
+
+    pub fn ready_timeout(&self) -> Duration {
+        Duration::from_secs(self.ready_timeout)
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if self.local_workers() == 0 && self.remote_workers.is_empty() {
+            return Err("no workers: give --workers N (N >= 1) or --worker tcp://HOST:PORT".into());
+        }
+        if let Some(bad) = self.remote_workers.iter().find(|w| !(w.starts_with("tcp://") || w.starts_with("ipc://"))) {
+            return Err(format!("--worker must be tcp://HOST:PORT or ipc://PATH; got {bad}"));
+        }
+        Ok(())
+    }
+}
+
+impl Device {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+        }
+    }
+}
+
+impl Dtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Float32 => "float32",
+            Self::Bfloat16 => "bfloat16",
+            Self::Float16 => "float16",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("minisgl-router").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.host.as_str(), c.port, c.local_workers()), ("127.0.0.1", 8000, 1));
+        assert_eq!((c.device, c.dtype, c.ready_timeout), (Device::Auto, Dtype::Auto, 600));
+        assert!(c.model.is_none() && c.check().is_ok());
+    }
+
+    #[test]
+    fn remote_workers_replace_local_ones_unless_asked() {
+        let c = parse(&["--worker", "tcp://a:1", "--worker", "tcp://b:2"]).unwrap();
+        assert_eq!((c.local_workers(), c.remote_workers.len()), (0, 2));
+        let c = parse(&["--worker", "tcp://a:1", "--workers", "2"]).unwrap();
+        assert_eq!(c.local_workers(), 2);
+        assert!(parse(&["--workers", "0"]).unwrap().check().is_err());
+        assert!(parse(&["--worker", "a:1"]).unwrap().check().unwrap_err().contains("got a:1"));
+    }
+
+    #[test]
+    fn enums_and_errors() {
+        let c = parse(&["--device", "cuda", "--dtype", "bfloat16", "--page-size", "16"]).unwrap();
+        assert_eq!((c.device.as_str(), c.dtype.as_str(), c.page_size), ("cuda", "bfloat16", Some(16)));
+        let err = parse(&["--device", "tpu"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);
+    }
+}

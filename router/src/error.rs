@@ -1,0 +1,110 @@
+//! One error type for the HTTP boundary, rendered in OpenAI's shape:
+//! `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    /// The client's request is wrong; `param` names the offending field when there is one.
+    BadRequest { message: String, param: Option<String> },
+    /// The `model` field names a model this router does not serve.
+    ModelNotFound(String),
+    /// No such route.
+    NotFound(String),
+    PayloadTooLarge(String),
+    MethodNotAllowed(String),
+    /// No worker can take the request (none ready, or the one serving it died).
+    Unavailable(String),
+    /// Our fault.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::BadRequest { message: message.into(), param: None }
+    }
+
+    /// A bad value in the field `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self::BadRequest { message: message.into(), param: Some(param.to_string()) }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Self::BadRequest { message, .. } => message,
+            Self::ModelNotFound(m)
+            | Self::NotFound(m)
+            | Self::PayloadTooLarge(m)
+            | Self::MethodNotAllowed(m)
+            | Self::Unavailable(m)
+            | Self::Internal(m) => m,
+        }
+    }
+
+    /// The `error` object of OpenAI's error body (also sent as an SSE event mid-stream).
+    pub fn body(&self) -> serde_json::Value {
+        let (kind, code, param) = match self {
+            Self::BadRequest { param, .. } => ("invalid_request_error", None, param.clone()),
+            Self::ModelNotFound(_) => {
+                ("invalid_request_error", Some("model_not_found"), Some("model".into()))
+            }
+            Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
+            Self::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large"), None),
+            Self::MethodNotAllowed(_) => ("invalid_request_error", Some("method_not_allowed"), None),
+            Self::Unavailable(_) => ("server_error", Some("service_unavailable"), None),
+            Self::Internal(_) => ("server_error", None, None),
+        };
+        json!({"error": {"message": self.message(), "type": kind, "param": param, "code": code}})
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_request_names_the_param() {
+        let e = ApiError::invalid("top_p", "`top_p` must be in (0, 1]; got 1.5");
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        let body = e.body();
+        assert_eq!(body["error"]["param"], "top_p");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["message"], "`top_p` must be in (0, 1]; got 1.5");
+        assert!(body["error"]["code"].is_null());
+    }
+
+    #[test]
+    fn statuses_follow_the_variant() {
+        assert_eq!(ApiError::ModelNotFound("x".into()).status(), StatusCode::NOT_FOUND);
+        assert_eq!(ApiError::ModelNotFound("x".into()).body()["error"]["code"], "model_not_found");
+        assert_eq!(ApiError::PayloadTooLarge("x".into()).status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(ApiError::Unavailable("x".into()).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ApiError::Internal("x".into()).status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

@@ -1,0 +1,233 @@
+//! OpenAI request and response types (the subset minisgl serves, in OpenAI's exact shapes).
+//!
+//! A body is split by key: the endpoint's own fields go to `ChatRequest`/`CompletionRequest`,
+//! the rest to `CommonParams`; both deny unknown fields, so a parameter we do not honor is
+//! a 400 naming it, never silently dropped.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The fields shared by both endpoints (sampling, stopping, streaming).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommonParams {
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<i64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    /// Informational in OpenAI's API; accepted and ignored.
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+pub trait Endpoint: DeserializeOwned {
+    /// The top-level keys that belong to this endpoint rather than to `CommonParams`.
+    const FIELDS: &'static [&'static str];
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub max_completion_tokens: Option<i64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+}
+
+impl Endpoint for ChatRequest {
+    const FIELDS: &'static [&'static str] =
+        &["model", "messages", "max_completion_tokens", "logprobs", "top_logprobs"];
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<Content>,
+    pub name: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub prompt: Prompt,
+    pub logprobs: Option<i64>,
+}
+
+impl Endpoint for CompletionRequest {
+    const FIELDS: &'static [&'static str] = &["model", "prompt", "logprobs"];
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+/// Parses a JSON body into the endpoint's fields and the common ones.
+pub fn parse_body<E: Endpoint>(body: &[u8]) -> Result<(E, CommonParams), ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    let (own, common): (Map<String, Value>, Map<String, Value>) =
+        map.into_iter().partition(|(k, _)| E::FIELDS.contains(&k.as_str()));
+    Ok((from_map(own)?, from_map(common)?))
+}
+
+fn from_map<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let inner = e.inner().to_string();
+        if let Some(field) = unknown_field(&inner) {
+            return ApiError::invalid(&field, format!("unsupported parameter `{field}`"));
+        }
+        let path = e.path().to_string();
+        if path == "." {
+            // A missing required field: serde says "missing field `x`".
+            let field = inner.split('`').nth(1).unwrap_or("").to_string();
+            return ApiError::invalid(&field, inner);
+        }
+        let top = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+        ApiError::invalid(&top, format!("`{path}`: {inner}"))
+    })
+}
+
+/// serde's "unknown field `x`, expected ..." names the field between the first backticks.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: u32, completion_tokens: u32, cached_tokens: u32) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<(ChatRequest, CommonParams), ApiError> {
+        parse_body::<ChatRequest>(body.as_bytes())
+    }
+
+    #[test]
+    fn splits_endpoint_and_common_fields() {
+        let (req, common) = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5,
+                "stop":["a","b"],"stream_options":{"include_usage":true},"user":"u"}"#,
+        )
+        .unwrap();
+        assert_eq!(req.model, "m");
+        assert_eq!(common.temperature, Some(0.5));
+        assert!(matches!(common.stop, Some(Stop::Many(ref v)) if v.len() == 2));
+        assert_eq!(common.stream_options.unwrap().include_usage, Some(true));
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let err = chat(r#"{"model":"m","messages":[],"tools":[]}"#).unwrap_err();
+        assert_eq!(err.message(), "unsupported parameter `tools`");
+        let err = chat(r#"{"model":"m","messages":[],"stream_options":{"x":1}}"#).unwrap_err();
+        assert_eq!(err.message(), "unsupported parameter `x`");
+        let err = parse_body::<CompletionRequest>(br#"{"model":"m","prompt":"p","messages":[]}"#)
+            .unwrap_err();
+        assert_eq!(err.message(), "unsupported parameter `messages`");
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let err = chat(r#"{"model":"m","messages":[],"temperature":"hot"}"#).unwrap_err();
+        assert!(err.message().starts_with("`temperature`: invalid type"), "{}", err.message());
+        assert_eq!(err.body()["error"]["param"], "temperature");
+        let err = chat(r#"{"messages":[]}"#).unwrap_err();
+        assert_eq!(err.message(), "missing field `model`");
+    }
+
+    #[test]
+    fn bad_json_and_non_objects_are_bad_requests() {
+        assert!(chat("{").unwrap_err().message().starts_with("the body is not valid JSON"));
+        assert_eq!(chat("[1]").unwrap_err().message(), "the body must be a JSON object");
+    }
+
+    #[test]
+    fn prompts_come_in_four_shapes() {
+        let parse = |p: &str| {
+            parse_body::<CompletionRequest>(format!(r#"{{"model":"m","prompt":{p}}}"#).as_bytes())
+                .unwrap()
+                .0
+                .prompt
+        };
+        assert!(matches!(parse(r#""hi""#), Prompt::Text(_)));
+        assert!(matches!(parse(r#"["hi"]"#), Prompt::Texts(_)));
+        assert!(matches!(parse("[1,2]"), Prompt::Ids(_)));
+        assert!(matches!(parse("[[1,2]]"), Prompt::IdLists(_)));
+    }
+}

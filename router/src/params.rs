@@ -1,0 +1,223 @@
+//! Validation of the sampling and stopping parameters at the edge, and their mapping onto the
+//! protocol's `sampling` map. Every message names the field and the limit.
+
+use crate::error::ApiError;
+use crate::openai::{CommonParams, Stop};
+use crate::worker::protocol::Sampling;
+
+const MAX_STOPS: usize = 4;
+const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// A validated request, before its prompt length is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenParams {
+    /// `max_new_tokens` is filled in by `fit_to_context`.
+    pub sampling: Sampling,
+    pub max_tokens: Option<u32>,
+    /// The field that set `max_tokens` (for messages): `max_tokens` or `max_completion_tokens`.
+    pub max_tokens_field: &'static str,
+    pub stops: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The endpoint-specific knobs, already read from their own fields.
+#[derive(Debug, Default)]
+pub struct EndpointParams {
+    pub max_completion_tokens: Option<i64>,
+    pub logprobs: bool,
+    pub top_logprobs: i64,
+}
+
+pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenParams, ApiError> {
+    if let Some(n) = common.n.filter(|&n| n != 1) {
+        return Err(ApiError::invalid("n", format!("only `n` = 1 is supported; got {n}")));
+    }
+    let (max_tokens, max_tokens_field) = match endpoint.max_completion_tokens {
+        Some(v) => (Some(at_least("max_completion_tokens", v, 1)?), "max_completion_tokens"),
+        None => (common.max_tokens.map(|v| at_least("max_tokens", v, 1)).transpose()?, "max_tokens"),
+    };
+    let stream = common.stream.unwrap_or(false);
+    let include_usage = common.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+    if common.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid("stream_options", "`stream_options` is only allowed with `stream` = true"));
+    }
+    Ok(GenParams {
+        sampling: sampling(common, endpoint)?,
+        max_tokens,
+        max_tokens_field,
+        stops: stops(common.stop.as_ref())?,
+        stream,
+        include_usage,
+    })
+}
+
+fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> {
+    let d = Sampling::default();
+    let top_k = c.top_k.unwrap_or(0);
+    if top_k < -1 {
+        return Err(ApiError::invalid("top_k", format!("`top_k` must be -1, 0 (off) or positive; got {top_k}")));
+    }
+    Ok(Sampling {
+        temperature: in_range("temperature", c.temperature, 0.0, 2.0, d.temperature)?,
+        top_p: check(c.top_p, d.top_p, "top_p", |v| v > 0.0 && v <= 1.0, "in (0, 1]")?,
+        top_k: top_k.max(0),
+        min_p: check(c.min_p, d.min_p, "min_p", |v| (0.0..1.0).contains(&v), "in [0, 1)")?,
+        seed: c.seed.map(|s| s as u64),
+        max_new_tokens: 0,
+        min_new_tokens: c.min_tokens.map(|v| at_least("min_tokens", v, 0)).transpose()?.unwrap_or(0),
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        stop_token_ids: c.stop_token_ids.clone().unwrap_or_default(),
+        frequency_penalty: in_range("frequency_penalty", c.frequency_penalty, -2.0, 2.0, 0.0)?,
+        presence_penalty: in_range("presence_penalty", c.presence_penalty, -2.0, 2.0, 0.0)?,
+        repetition_penalty: check(c.repetition_penalty, 1.0, "repetition_penalty", |v| v > 0.0, "> 0")?,
+        logprobs: e.logprobs,
+        top_logprobs: top_logprobs(e)?,
+    })
+}
+
+fn top_logprobs(e: &EndpointParams) -> Result<u32, ApiError> {
+    let n = e.top_logprobs;
+    if !(0..=MAX_TOP_LOGPROBS).contains(&n) {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            format!("`top_logprobs` must be in [0, {MAX_TOP_LOGPROBS}]; got {n}"),
+        ));
+    }
+    Ok(n as u32)
+}
+
+fn check(value: Option<f64>, default: f64, field: &str, ok: impl Fn(f64) -> bool, limit: &str) -> Result<f64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && ok(v) => Ok(v),
+        Some(v) => Err(ApiError::invalid(field, format!("`{field}` must be {limit}; got {v}"))),
+    }
+}
+
+fn in_range(field: &str, value: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f64, ApiError> {
+    check(value, default, field, |v| (lo..=hi).contains(&v), &format!("in [{lo}, {hi}]"))
+}
+
+fn at_least(field: &str, value: i64, min: i64) -> Result<u32, ApiError> {
+    if value < min || value > i64::from(u32::MAX) {
+        return Err(ApiError::invalid(field, format!("`{field}` must be at least {min}; got {value}")));
+    }
+    Ok(value as u32)
+}
+
+fn stops(stop: Option<&Stop>) -> Result<Vec<String>, ApiError> {
+    let stops = match stop {
+        None => vec![],
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) => v.clone(),
+    };
+    if stops.len() > MAX_STOPS {
+        return Err(ApiError::invalid("stop", format!("`stop` may hold at most {MAX_STOPS} strings; got {}", stops.len())));
+    }
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "`stop` strings must not be empty"));
+    }
+    Ok(stops)
+}
+
+impl GenParams {
+    /// Sets `max_new_tokens` from the prompt length and the model's context, or says why not.
+    pub fn fit_to_context(&mut self, prompt_tokens: usize, context: u32) -> Result<(), ApiError> {
+        let context = context as usize;
+        if prompt_tokens == 0 {
+            return Err(ApiError::bad_request("the prompt is empty"));
+        }
+        if prompt_tokens >= context {
+            return Err(ApiError::bad_request(format!(
+                "prompt has {prompt_tokens} tokens; the model's context is {context}"
+            )));
+        }
+        let room = context - prompt_tokens;
+        let max_new = match self.max_tokens {
+            Some(m) if m as usize > room => {
+                let field = self.max_tokens_field;
+                return Err(ApiError::invalid(field, format!(
+                    "`{field}` ({m}) plus the prompt's {prompt_tokens} tokens exceeds the model's context of {context}"
+                )));
+            }
+            Some(m) => m,
+            None => room as u32,
+        };
+        self.sampling.max_new_tokens = max_new;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::{ChatRequest, parse_body};
+
+    fn params(extra: &str) -> Result<GenParams, ApiError> {
+        let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
+        let (req, common) = parse_body::<ChatRequest>(body.as_bytes()).unwrap();
+        let endpoint = EndpointParams {
+            max_completion_tokens: req.max_completion_tokens,
+            logprobs: req.logprobs.unwrap_or(false),
+            top_logprobs: req.top_logprobs.unwrap_or(0),
+        };
+        validate(&common, &endpoint)
+    }
+
+    fn message(extra: &str) -> String {
+        params(extra).unwrap_err().message().to_string()
+    }
+
+    #[test]
+    fn defaults_are_the_protocols() {
+        let p = params("").unwrap();
+        assert_eq!(p.sampling, Sampling { max_new_tokens: 0, ..Sampling::default() });
+        assert!(!p.stream && p.stops.is_empty());
+    }
+
+    #[test]
+    fn limits_are_named_in_messages() {
+        assert_eq!(message(r#","top_p":1.5"#), "`top_p` must be in (0, 1]; got 1.5");
+        assert_eq!(message(r#","temperature":2.5"#), "`temperature` must be in [0, 2]; got 2.5");
+        assert_eq!(message(r#","min_p":1"#), "`min_p` must be in [0, 1); got 1");
+        assert_eq!(message(r#","repetition_penalty":0"#), "`repetition_penalty` must be > 0; got 0");
+        assert_eq!(message(r#","presence_penalty":-3"#), "`presence_penalty` must be in [-2, 2]; got -3");
+        assert_eq!(message(r#","n":2"#), "only `n` = 1 is supported; got 2");
+        assert_eq!(message(r#","max_tokens":0"#), "`max_tokens` must be at least 1; got 0");
+        assert_eq!(message(r#","top_logprobs":21"#), "`top_logprobs` must be in [0, 20]; got 21");
+        assert_eq!(message(r#","stop":["a","b","c","d","e"]"#), "`stop` may hold at most 4 strings; got 5");
+        assert_eq!(message(r#","stream_options":{"include_usage":true}"#), "`stream_options` is only allowed with `stream` = true");
+    }
+
+    #[test]
+    fn values_map_onto_sampling() {
+        let p = params(r#","temperature":0.7,"top_k":-1,"seed":5,"stop":"\n","stream":true,
+            "stream_options":{"include_usage":true},"min_tokens":3,"ignore_eos":true,"logprobs":true,"top_logprobs":2"#)
+            .unwrap();
+        assert_eq!(p.sampling.temperature, 0.7);
+        assert_eq!(p.sampling.top_k, 0);
+        assert_eq!(p.sampling.seed, Some(5));
+        assert_eq!(p.sampling.min_new_tokens, 3);
+        assert!(p.sampling.ignore_eos && p.sampling.logprobs);
+        assert_eq!(p.sampling.top_logprobs, 2);
+        assert_eq!(p.stops, ["\n"]);
+        assert!(p.stream && p.include_usage);
+    }
+
+    #[test]
+    fn context_limits() {
+        let mut p = params("").unwrap();
+        p.fit_to_context(10, 100).unwrap();
+        assert_eq!(p.sampling.max_new_tokens, 90);
+        assert_eq!(
+            p.fit_to_context(100, 100).unwrap_err().message(),
+            "prompt has 100 tokens; the model's context is 100"
+        );
+        let mut p = params(r#","max_completion_tokens":95"#).unwrap();
+        assert_eq!(
+            p.fit_to_context(10, 100).unwrap_err().message(),
+            "`max_completion_tokens` (95) plus the prompt's 10 tokens exceeds the model's context of 100"
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! The server's life: load the model folder, bind the port, start and attach workers, wait
+//! for their `ready`, serve until Ctrl-C/SIGTERM, then stop the workers cleanly.
+
+use std::future::IntoFuture;
+use std::path::Path;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::net::TcpListener;
+
+use crate::chat_template::ChatTemplate;
+use crate::config::Config;
+use crate::policy::create_policy;
+use crate::server::app;
+use crate::state::{unix_now, AppState, Shared};
+use crate::tokenizer::Tokenizer;
+use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
+use crate::worker::WorkerClient;
+
+/// How long open streams get to finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Runs the server to the end; the exit code (0 after a clean shutdown, 1 on startup failure).
+pub fn run(config: Config, python: String) -> i32 {
+    init_logging(&config.log_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(serve(config, python)) {
+        Ok(()) => 0,
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> i32 {
+    eprintln!("minisgl-router: error: {message}");
+    1
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
+
+/// The model folder's tokenizer, chat template and served name.
+pub struct ModelFiles {
+    pub name: String,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+}
+
+pub fn load_model_files(dir: &Path, served_name: Option<&str>) -> Result<ModelFiles, String> {
+    if !dir.is_dir() {
+        return Err(format!("--model {} is not a folder", dir.display()));
+    }
+    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    let template = ChatTemplate::from_model_dir(dir)?;
+    if template.is_none() {
+        tracing::warn!("{} has no chat template: /v1/chat/completions will refuse requests", dir.display());
+    }
+    let folder_name = dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let name = served_name.map(str::to_string).or(folder_name).unwrap_or_else(|| "model".into());
+    Ok(ModelFiles { name, tokenizer, template })
+}
+
+async fn serve(config: Config, python: String) -> Result<(), String> {
+    config.check()?;
+    let model_dir = config.model.clone().ok_or("no --model given")?;
+    let files = load_model_files(&model_dir, config.served_model_name.as_deref())?;
+    let address = format!("{}:{}", config.host, config.port);
+    let listener = TcpListener::bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+
+    let spec = LaunchSpec {
+        python,
+        model: model_dir,
+        device: config.device.as_str().into(),
+        dtype: config.dtype.as_str().into(),
+        page_size: config.page_size,
+        max_running: config.max_running,
+        count: config.local_workers(),
+    };
+    let mut local = Vec::new();
+    let mut clients = Vec::new();
+    for index in 0..spec.count {
+        let (worker, client) = LocalWorker::spawn(&spec, index)?;
+        local.push(worker);
+        clients.push(client);
+    }
+    clients.extend(config.remote_workers.iter().map(|a| WorkerClient::connect(a)));
+
+    let started = tokio::select! {
+        ready = wait_all_ready(&clients, config.ready_timeout()) => ready,
+        _ = shutdown_signal() => Err("interrupted while the workers were starting".into()),
+    };
+    let result = match started {
+        Ok(max_context) => serve_http(listener, files, clients.clone(), max_context).await,
+        Err(e) => Err(e),
+    };
+    stop_workers(local, &clients).await;
+    result
+}
+
+/// Waits for every worker's `ready`; the smallest context any of them serves.
+async fn wait_all_ready(clients: &[WorkerClient], timeout: Duration) -> Result<u32, String> {
+    tracing::info!("waiting for {} worker(s) to be ready", clients.len());
+    let results = join_all(clients.iter().map(|c| wait_ready(c, timeout))).await;
+    let mut max_context = u32::MAX;
+    for result in results {
+        max_context = max_context.min(result?.max_context);
+    }
+    Ok(max_context)
+}
+
+async fn serve_http(listener: TcpListener, files: ModelFiles, workers: Vec<WorkerClient>, max_context: u32) -> Result<(), String> {
+    let state = AppState::new(Shared {
+        model_name: files.name,
+        tokenizer: files.tokenizer,
+        template: files.template,
+        workers,
+        policy: create_policy(),
+        max_context,
+        started: unix_now(),
+    });
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(model = %state.model_name, max_context, "serving on http://{address}");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+        let mut rx = stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    });
+    let server = tokio::spawn(server.into_future());
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(DRAIN, server).await.is_err() {
+        tracing::warn!("open requests did not finish within {} s; closing them", DRAIN.as_secs());
+    }
+    Ok(())
+}
+
+async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
+    // Remote workers keep running: they were started elsewhere and may serve other routers.
+    join_all(local.into_iter().zip(clients).map(|(worker, client)| worker.stop(client))).await;
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::tests::tiny_model_dir;
+    use clap::Parser;
+
+    #[test]
+    fn model_folder_gives_name_tokenizer_and_template() {
+        let files = load_model_files(&tiny_model_dir(), None).unwrap();
+        assert_eq!(files.name, "tiny-model");
+        assert!(files.template.is_some());
+        let files = load_model_files(&tiny_model_dir(), Some("served")).unwrap();
+        assert_eq!(files.name, "served");
+    }
+
+    #[test]
+    fn a_missing_model_folder_fails_startup_with_one_line() {
+        let config = Config::try_parse_from(["r", "--model", "/nonexistent/model", "--port", "0"]).unwrap();
+        assert_eq!(run(config, "python3".into()), 1);
+        let err = load_model_files(Path::new("/nonexistent/model"), None).err().unwrap();
+        assert_eq!(err, "--model /nonexistent/model is not a folder");
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_fails_startup() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = taken.local_addr().unwrap().port().to_string();
+        let model = tiny_model_dir().display().to_string();
+        let config = Config::try_parse_from(["r", "--model", &model, "--port", &port]).unwrap();
+        let err = serve(config, "python3".into()).await.unwrap_err();
+        assert!(err.starts_with(&format!("cannot listen on 127.0.0.1:{port}")), "{err}");
+    }
+}

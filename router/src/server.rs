@@ -1,0 +1,135 @@
+//! Routes and thin handlers: `fn app(state) -> Router`, so tests drive it with `oneshot`.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::json;
+
+use crate::chat::{self, ChatFormat};
+use crate::completions::{self, CompletionFormat};
+use crate::error::ApiError;
+use crate::generate;
+use crate::openai::{parse_body, ChatRequest, CompletionRequest};
+use crate::params::validate;
+use crate::respond::{respond, Head};
+use crate::state::AppState;
+use crate::worker::WorkerState;
+
+/// Larger bodies get 413.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn chat_completions(State(state): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+    let (req, common) = parse_body::<ChatRequest>(&body)?;
+    state.check_model(&req.model)?;
+    let endpoint = chat::endpoint_params(&req)?;
+    let params = validate(&common, &endpoint)?;
+    let prompt = chat::prompt(&state, &req.messages)?;
+    let generation = generate::start(&state, prompt, params.clone()).await?;
+    let format = ChatFormat {
+        head: Head::new("chatcmpl", &state.model_name),
+        tokenizer: state.tokenizer.clone(),
+        logprobs: endpoint.logprobs,
+    };
+    respond(generation, format, params.stream, params.include_usage).await
+}
+
+async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+    let (req, common) = parse_body::<CompletionRequest>(&body)?;
+    state.check_model(&req.model)?;
+    let endpoint = completions::endpoint_params(&req)?;
+    let params = validate(&common, &endpoint)?;
+    let prompt = completions::prompt(req.prompt)?;
+    let generation = generate::start(&state, prompt, params.clone()).await?;
+    let head = Head::new("cmpl", &state.model_name);
+    let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs);
+    respond(generation, format, params.stream, params.include_usage).await
+}
+
+async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.model_name,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "minisgl",
+            "max_model_len": state.max_context,
+        }],
+    }))
+}
+
+/// 200 when every worker is ready, else 503; the body lists each worker's state.
+async fn health(State(state): State<AppState>) -> Response {
+    let workers: Vec<_> = state
+        .workers
+        .iter()
+        .map(|w| {
+            let (status, detail) = match w.state() {
+                WorkerState::Connecting => ("connecting", None),
+                WorkerState::Ready(_) => ("ready", None),
+                WorkerState::Dead(reason) => ("dead", Some(reason)),
+            };
+            json!({"address": w.address(), "status": status, "detail": detail, "in_flight": w.in_flight(), "load": w.load()})
+        })
+        .collect();
+    let (code, status) = match state.all_ready() {
+        true => (StatusCode::OK, "ok"),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    };
+    (code, Json(json!({"status": status, "workers": workers}))).into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route for {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+}
+
+/// A request body that must be JSON, with every rejection in OpenAI's error shape.
+pub struct JsonBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let is_json = content_type
+            .map(|ct| ct.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+            .unwrap_or(false);
+        if !is_json {
+            return Err(ApiError::bad_request(format!(
+                "the body must be JSON with `Content-Type: application/json`; got {}",
+                content_type.unwrap_or("no Content-Type")
+            )));
+        }
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(Self(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::PayloadTooLarge(format!(
+                "the body is larger than {} MiB",
+                MAX_BODY_BYTES >> 20
+            ))),
+            Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

@@ -1,0 +1,68 @@
+//! What every handler shares: the model's tokenizer and template, the workers, the policy.
+
+use std::sync::Arc;
+
+use crate::chat_template::ChatTemplate;
+use crate::error::ApiError;
+use crate::policy::Policy;
+use crate::tokenizer::Tokenizer;
+use crate::worker::WorkerClient;
+
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+pub struct Shared {
+    pub model_name: String,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub workers: Vec<WorkerClient>,
+    pub policy: Box<dyn Policy>,
+    /// The smallest `max_context` the workers reported.
+    pub max_context: u32,
+    /// Unix time the router started (the `created` of /v1/models).
+    pub started: u64,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self { inner: Arc::new(shared) }
+    }
+
+    pub fn check_model(&self, model: &str) -> Result<(), ApiError> {
+        if model == self.model_name {
+            return Ok(());
+        }
+        Err(ApiError::ModelNotFound(format!(
+            "The model `{model}` does not exist; this server serves `{}`",
+            self.model_name
+        )))
+    }
+
+    pub fn pick_worker(&self, input_ids: &[u32]) -> Result<&WorkerClient, ApiError> {
+        self.policy
+            .pick(&self.workers, input_ids)
+            .map(|i| &self.workers[i])
+            .ok_or_else(|| ApiError::Unavailable("no worker is ready".into()))
+    }
+
+    pub fn all_ready(&self) -> bool {
+        !self.workers.is_empty() && self.workers.iter().all(WorkerClient::is_ready)
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.inner
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,269 @@
+//! The router's handle on one worker: request registry, readiness, load, and failure.
+//!
+//! The socket itself lives in `socket.rs` tasks; this side is what handlers touch. Every
+//! in-flight request has an entry `rid -> channel`; token outputs and errors are dispatched
+//! there. When the worker dies every entry gets an error, so no client ever hangs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, watch};
+
+use super::protocol::{Load, Ready, RouterMsg, Sampling, TokenOutput};
+use super::request::RequestStream;
+use crate::error::ApiError;
+
+/// What a request's stream receives.
+#[derive(Debug)]
+pub enum Event {
+    Token(TokenOutput),
+    Failed(ApiError),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerState {
+    Connecting,
+    Ready(Ready),
+    Dead(String),
+}
+
+#[derive(Clone)]
+pub struct WorkerClient {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) address: String,
+    outbox: mpsc::UnboundedSender<RouterMsg>,
+    requests: Mutex<Requests>,
+    state: watch::Sender<WorkerState>,
+    load: Mutex<Option<Load>>,
+    /// Shutdown was asked for: the worker going away is expected, not an error.
+    stopping: AtomicBool,
+}
+
+#[derive(Default)]
+struct Requests {
+    senders: HashMap<u64, mpsc::UnboundedSender<Event>>,
+    /// Set once the worker is gone: no new request may register.
+    closed: bool,
+}
+
+static NEXT_RID: AtomicU64 = AtomicU64::new(1);
+
+/// Request ids, unique within this router process.
+pub fn next_rid() -> u64 {
+    NEXT_RID.fetch_add(1, Ordering::Relaxed)
+}
+
+impl WorkerClient {
+    /// Starts connecting to a worker that binds `address` (`ipc://...` or `tcp://...`).
+    pub fn connect(address: &str) -> Self {
+        let (outbox, outgoing) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            address: address.to_string(),
+            outbox,
+            requests: Mutex::new(Requests::default()),
+            state: watch::channel(WorkerState::Connecting).0,
+            load: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+        });
+        tokio::spawn(super::socket::run(inner.clone(), outgoing));
+        Self { inner }
+    }
+
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    pub fn state(&self) -> WorkerState {
+        self.inner.state.borrow().clone()
+    }
+
+    pub fn ready_info(&self) -> Option<Ready> {
+        match &*self.inner.state.borrow() {
+            WorkerState::Ready(r) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(*self.inner.state.borrow(), WorkerState::Ready(_))
+    }
+
+    pub fn load(&self) -> Option<Load> {
+        *self.inner.load.lock().unwrap()
+    }
+
+    /// Waits until the worker is ready (its `ready` info) or dead (the reason).
+    pub async fn wait_ready(&self) -> Result<Ready, String> {
+        let mut rx = self.inner.state.subscribe();
+        let state = rx
+            .wait_for(|s| !matches!(s, WorkerState::Connecting))
+            .await
+            .map_err(|_| "worker client dropped".to_string())?;
+        match &*state {
+            WorkerState::Ready(r) => Ok(r.clone()),
+            WorkerState::Dead(reason) => Err(reason.clone()),
+            WorkerState::Connecting => unreachable!("waited past Connecting"),
+        }
+    }
+
+    /// Sends `generate`; the returned stream yields its outputs and aborts it when dropped early.
+    pub fn submit(&self, input_ids: Vec<u32>, sampling: Sampling) -> Result<RequestStream, ApiError> {
+        let rid = next_rid();
+        let (tx, rx) = mpsc::unbounded_channel();
+        {
+            let mut requests = self.inner.requests.lock().unwrap();
+            if requests.closed || !self.is_ready() {
+                return Err(ApiError::Unavailable(format!("worker {} is not ready", self.address())));
+            }
+            requests.senders.insert(rid, tx);
+        }
+        self.inner.send(RouterMsg::Generate { rid, input_ids, sampling });
+        Ok(RequestStream::new(rid, rx, self.clone()))
+    }
+
+    /// Forgets `rid` and tells the worker to free it (after a stop string, or a client gone).
+    pub fn abort(&self, rid: u64) {
+        let was_live = self.inner.requests.lock().unwrap().senders.remove(&rid).is_some();
+        if was_live {
+            self.inner.send(RouterMsg::Abort { rid });
+        }
+    }
+
+    pub fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::Relaxed);
+        self.inner.send(RouterMsg::Shutdown);
+    }
+
+    /// The worker is gone: mark it dead and end every request it was serving.
+    pub fn fail(&self, reason: &str) {
+        self.inner.fail(reason);
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.inner.requests.lock().unwrap().senders.len()
+    }
+}
+
+impl Inner {
+    pub(super) fn send(&self, msg: RouterMsg) {
+        // Only fails when the socket task is gone, and then the worker is already failed.
+        let _ = self.outbox.send(msg);
+    }
+
+    pub(super) fn set_ready(&self, ready: Ready) {
+        self.state.send_if_modified(|s| {
+            let connecting = matches!(s, WorkerState::Connecting);
+            if connecting {
+                *s = WorkerState::Ready(ready);
+            }
+            connecting
+        });
+    }
+
+    pub(super) fn set_load(&self, load: Load) {
+        *self.load.lock().unwrap() = Some(load);
+    }
+
+    pub(super) fn fail(&self, reason: &str) {
+        let senders = {
+            let mut requests = self.requests.lock().unwrap();
+            requests.closed = true;
+            std::mem::take(&mut requests.senders)
+        };
+        let already_dead = matches!(*self.state.borrow(), WorkerState::Dead(_));
+        if !already_dead {
+            if self.stopping.load(Ordering::Relaxed) {
+                tracing::info!(worker = %self.address, "{reason}");
+            } else {
+                tracing::error!(worker = %self.address, "{reason}");
+            }
+            self.state.send_replace(WorkerState::Dead(reason.to_string()));
+        }
+        for tx in senders.into_values() {
+            let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
+        }
+    }
+
+    /// Hands a step's outputs to their requests; a request's last output removes it.
+    pub(super) fn dispatch(&self, outputs: Vec<TokenOutput>) {
+        let mut requests = self.requests.lock().unwrap();
+        for out in outputs {
+            let done = out.finish.is_some();
+            let rid = out.rid;
+            if let Some(tx) = requests.senders.get(&rid) {
+                let _ = tx.send(Event::Token(out));
+            }
+            if done {
+                requests.senders.remove(&rid);
+            }
+        }
+    }
+
+    /// The worker refused or failed request `rid`.
+    pub(super) fn fail_request(&self, rid: u64, message: String) {
+        let tx = self.requests.lock().unwrap().senders.remove(&rid);
+        if let Some(tx) = tx {
+            let _ = tx.send(Event::Failed(worker_error(message)));
+        }
+    }
+}
+
+/// The worker says why a request failed; limits the client exceeded are the client's fault.
+fn worker_error(message: String) -> ApiError {
+    let lower = message.to_lowercase();
+    let clients_fault = ["prompt", "context", "too long", "invalid", "exceeds"]
+        .iter()
+        .any(|w| lower.contains(w));
+    if clients_fault {
+        ApiError::bad_request(message)
+    } else {
+        ApiError::Internal(format!("worker error: {message}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rids_are_unique_and_increasing() {
+        let a = next_rid();
+        let b = next_rid();
+        assert!(b > a);
+    }
+
+    #[test]
+    fn worker_errors_about_the_prompt_are_bad_requests() {
+        let e = worker_error("prompt has 9000 tokens; the context is 8192".into());
+        assert!(matches!(e, ApiError::BadRequest { .. }));
+        let e = worker_error("CUDA out of memory".into());
+        assert!(matches!(e, ApiError::Internal(_)));
+    }
+
+    #[tokio::test]
+    async fn failing_a_worker_ends_its_requests_and_refuses_new_ones() {
+        let client = WorkerClient::connect("ipc:///tmp/minisgl-test-nobody-listens.sock");
+        client.inner.set_ready(Ready {
+            model: "m".into(),
+            vocab_size: 10,
+            max_context: 100,
+            kv_capacity: 100,
+            eos_token_ids: vec![0],
+            page_size: 1,
+            tp_size: 1,
+            device: "cpu".into(),
+        });
+        let mut stream = client.submit(vec![1, 2], Sampling::default()).unwrap();
+        client.fail("worker 0 exited with status 1");
+        match stream.next().await {
+            Some(Event::Failed(ApiError::Unavailable(m))) => assert!(m.contains("exited")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(client.submit(vec![1], Sampling::default()).is_err());
+        assert_eq!(client.wait_ready().await, Err("worker 0 exited with status 1".into()));
+    }
+}

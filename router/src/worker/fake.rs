@@ -1,0 +1,137 @@
+//! A stand-in worker for the router's tests: a real zmq.rs DEALER bound on an ipc address,
+//! speaking protocol v1. It answers `ready`, then every tick emits one token for each running
+//! request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at the limit.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+use super::protocol::{decode_frame, encode_frame, Finish, Ready, RouterMsg, Sampling, TokenOutput, WorkerMsg};
+
+#[derive(Clone)]
+pub struct FakeScript {
+    pub reply: Vec<u32>,
+    pub eos: u32,
+    pub max_context: u32,
+    /// Never produce tokens (requests stay in flight until aborted).
+    pub stall: bool,
+}
+
+#[derive(Default)]
+pub struct FakeLog {
+    pub generated: Vec<(u64, Vec<u32>, Sampling)>,
+    pub aborted: Vec<u64>,
+}
+
+pub struct FakeWorker {
+    pub address: String,
+    pub log: Arc<Mutex<FakeLog>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeWorker {
+    pub async fn start(script: FakeScript) -> Self {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!("/tmp/minisgl-fake-{}-{n}.sock", std::process::id());
+        let _ = std::fs::remove_file(&path);
+        let address = format!("ipc://{path}");
+        let mut socket = DealerSocket::new();
+        socket.bind(&address).await.expect("bind fake worker");
+        let log = Arc::new(Mutex::new(FakeLog::default()));
+        let task = tokio::spawn(serve(socket, script, log.clone()));
+        Self { address, log, task }
+    }
+
+    /// Simulates a crash: the socket closes without a word.
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for FakeWorker {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(self.address.trim_start_matches("ipc://"));
+    }
+}
+
+struct Running {
+    sampling: Sampling,
+    produced: u32,
+}
+
+async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<FakeLog>>) {
+    let ready = WorkerMsg::Ready(Ready {
+        model: "fake".into(),
+        vocab_size: 400,
+        max_context: script.max_context,
+        kv_capacity: 100_000,
+        eos_token_ids: vec![script.eos],
+        page_size: 1,
+        tp_size: 1,
+        device: "cpu".into(),
+    });
+    // A DEALER cannot send before a peer has connected.
+    while socket.send(ZmqMessage::from(encode_frame(&[ready.clone()]))).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut running: BTreeMap<u64, Running> = BTreeMap::new();
+    loop {
+        let incoming = tokio::time::timeout(Duration::from_millis(2), socket.recv()).await;
+        let mut replies = Vec::new();
+        if let Ok(Ok(message)) = incoming {
+            for msg in decode_frame::<RouterMsg>(&message.into_vec()[0]).unwrap() {
+                match msg {
+                    RouterMsg::Generate { rid, input_ids, sampling } => {
+                        log.lock().unwrap().generated.push((rid, input_ids.clone(), sampling.clone()));
+                        if input_ids.len() as u32 > script.max_context {
+                            let message = format!("prompt has {} tokens; the context is {}", input_ids.len(), script.max_context);
+                            replies.push(WorkerMsg::Error { rid: Some(rid), message });
+                        } else {
+                            running.insert(rid, Running { sampling, produced: 0 });
+                        }
+                    }
+                    RouterMsg::Abort { rid } => {
+                        running.remove(&rid);
+                        log.lock().unwrap().aborted.push(rid);
+                    }
+                    RouterMsg::Shutdown => return,
+                }
+            }
+        }
+        if !script.stall && !running.is_empty() {
+            replies.push(WorkerMsg::Step { outputs: step(&script, &mut running) });
+        }
+        if !replies.is_empty() {
+            socket.send(ZmqMessage::from(encode_frame(&replies))).await.unwrap();
+        }
+    }
+}
+
+fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenOutput> {
+    let mut outputs = Vec::new();
+    for (&rid, req) in running.iter_mut() {
+        let i = req.produced as usize;
+        req.produced += 1;
+        let (token, finish) = match script.reply.get(i) {
+            Some(&t) if req.produced >= req.sampling.max_new_tokens => (t, Some(Finish::Length)),
+            Some(&t) => (t, None),
+            None => (script.eos, Some(Finish::Stop)),
+        };
+        let logprobs = req.sampling.logprobs;
+        let top = (0..req.sampling.top_logprobs).map(|k| (token + k, -0.5 - k as f64)).collect();
+        outputs.push(TokenOutput {
+            rid,
+            token,
+            logprob: logprobs.then_some(-0.5),
+            top_logprobs: logprobs.then_some(top),
+            finish,
+            cached_tokens: 3,
+        });
+    }
+    running.retain(|rid, _| !outputs.iter().any(|o| o.rid == *rid && o.finish.is_some()));
+    outputs
+}

@@ -1,0 +1,208 @@
+//! Local workers: spawn `python -m minisgl_worker` per worker, supervise the process, and stop
+//! it cleanly. A worker that exits fails its client (every request it held gets an error,
+//! /health turns 503); one that exits before `ready` fails startup with its exit status.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::sync::{oneshot, watch};
+
+use super::client::WorkerClient;
+use super::protocol::Ready;
+
+/// How long a worker gets to exit after `shutdown` before it is killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What every spawned worker is started with.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub python: String,
+    pub model: PathBuf,
+    pub device: String,
+    pub dtype: String,
+    pub page_size: Option<u32>,
+    pub max_running: Option<u32>,
+    /// Total number of local workers (to spread them over GPUs).
+    pub count: usize,
+}
+
+pub struct LocalWorker {
+    pub index: usize,
+    socket_path: PathBuf,
+    exited: watch::Receiver<bool>,
+    kill: Option<oneshot::Sender<()>>,
+}
+
+impl LaunchSpec {
+    fn address(&self, index: usize) -> (String, PathBuf) {
+        let path = PathBuf::from(format!("/tmp/minisgl-{}-{index}.sock", std::process::id()));
+        (format!("ipc://{}", path.display()), path)
+    }
+
+    fn command(&self, index: usize, address: &str) -> Command {
+        let mut cmd = Command::new(&self.python);
+        cmd.args(["-m", "minisgl_worker", "--model"]).arg(&self.model);
+        cmd.args(["--listen", address, "--device", &self.device, "--dtype", &self.dtype]);
+        if let Some(page_size) = self.page_size {
+            cmd.args(["--page-size", &page_size.to_string()]);
+        }
+        if let Some(max_running) = self.max_running {
+            cmd.args(["--max-running", &max_running.to_string()]);
+        }
+        cmd.env("MINISGL_WORKER_INDEX", index.to_string());
+        if let Some(gpu) = self.gpu_for(index) {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpu);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
+        cmd.kill_on_drop(true);
+        cmd
+    }
+
+    /// With several local workers on a GPU machine, worker i gets the i-th visible GPU.
+    fn gpu_for(&self, index: usize) -> Option<String> {
+        if self.count < 2 || self.device == "cpu" {
+            return None;
+        }
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok().filter(|v| !v.is_empty());
+        let gpus: Vec<String> = match visible {
+            Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+            None => (0..self.count).map(|i| i.to_string()).collect(),
+        };
+        Some(gpus[index % gpus.len()].clone())
+    }
+}
+
+impl LocalWorker {
+    /// Spawns worker `index` and returns it with a client that connects to it.
+    pub fn spawn(spec: &LaunchSpec, index: usize) -> Result<(Self, WorkerClient), String> {
+        let (address, socket_path) = spec.address(index);
+        let _ = std::fs::remove_file(&socket_path);
+        let child = spec
+            .command(index, &address)
+            .spawn()
+            .map_err(|e| format!("cannot start worker {index} with {}: {e}", spec.python))?;
+        tracing::info!(index, pid = child.id(), %address, "spawned worker");
+        let client = WorkerClient::connect(&address);
+        let (exited_tx, exited) = watch::channel(false);
+        let (kill, kill_rx) = oneshot::channel();
+        tokio::spawn(supervise(index, child, client.clone(), kill_rx, exited_tx));
+        Ok((Self { index, socket_path, exited, kill: Some(kill) }, client))
+    }
+
+    /// Asks the worker to exit, kills it after a grace period, removes its socket file.
+    pub async fn stop(mut self, client: &WorkerClient) {
+        client.shutdown();
+        let exited = tokio::time::timeout(SHUTDOWN_GRACE, self.exited.wait_for(|e| *e)).await.is_ok();
+        if !exited {
+            tracing::warn!(index = self.index, "worker did not exit after shutdown; killing it");
+            if let Some(kill) = self.kill.take() {
+                let _ = kill.send(());
+            }
+            let _ = self.exited.wait_for(|e| *e).await;
+        }
+        remove_socket(&self.socket_path);
+    }
+}
+
+impl Drop for LocalWorker {
+    fn drop(&mut self) {
+        remove_socket(&self.socket_path);
+    }
+}
+
+fn remove_socket(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+async fn supervise(
+    index: usize,
+    mut child: Child,
+    client: WorkerClient,
+    kill: oneshot::Receiver<()>,
+    exited: watch::Sender<bool>,
+) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = kill => {
+            let _ = child.kill().await;
+            child.wait().await
+        }
+    };
+    let status = match status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("unknown status ({e})"),
+    };
+    let when = if client.is_ready() { "" } else { " before it was ready" };
+    client.fail(&format!("worker {index} exited{when} ({status})"));
+    let _ = exited.send(true);
+}
+
+/// Waits for `ready` from a worker, failing on its death or after `timeout`.
+pub async fn wait_ready(client: &WorkerClient, timeout: Duration) -> Result<Ready, String> {
+    match tokio::time::timeout(timeout, client.wait_ready()).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "worker {} was not ready after {} s (--ready-timeout)",
+            client.address(),
+            timeout.as_secs()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(python: &str, count: usize, device: &str) -> LaunchSpec {
+        LaunchSpec {
+            python: python.into(),
+            model: "/models/m".into(),
+            device: device.into(),
+            dtype: "auto".into(),
+            page_size: Some(16),
+            max_running: None,
+            count,
+        }
+    }
+
+    #[test]
+    fn command_line_carries_the_worker_flags() {
+        let s = spec("python3", 1, "cpu");
+        let cmd = s.command(0, "ipc:///tmp/x.sock");
+        let args: Vec<_> = cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            ["-m", "minisgl_worker", "--model", "/models/m", "--listen", "ipc:///tmp/x.sock",
+             "--device", "cpu", "--dtype", "auto", "--page-size", "16"]
+        );
+    }
+
+    #[test]
+    fn gpus_are_spread_only_with_several_gpu_workers() {
+        assert_eq!(spec("p", 1, "cuda").gpu_for(0), None);
+        assert_eq!(spec("p", 2, "cpu").gpu_for(1), None);
+        if std::env::var("CUDA_VISIBLE_DEVICES").is_err() {
+            assert_eq!(spec("p", 2, "cuda").gpu_for(1).as_deref(), Some("1"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_dies_before_ready_fails_startup_with_its_status() {
+        // `false` ignores its arguments and exits 1 at once.
+        let (worker, client) = LocalWorker::spawn(&spec("false", 1, "cpu"), 0).unwrap();
+        let err = wait_ready(&client, Duration::from_secs(10)).await.unwrap_err();
+        assert!(err.contains("worker 0 exited before it was ready"), "{err}");
+        assert!(err.contains("exit status: 1"), "{err}");
+        worker.stop(&client).await;
+    }
+
+    #[test]
+    fn a_missing_python_is_a_clear_error() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _guard = rt.enter();
+        let err = LocalWorker::spawn(&spec("/nonexistent/python", 1, "cpu"), 0).err().unwrap();
+        assert!(err.starts_with("cannot start worker 0 with /nonexistent/python"), "{err}");
+    }
+}

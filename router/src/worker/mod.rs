@@ -1,0 +1,12 @@
+//! Workers: the wire protocol, the ZMQ client per worker, and the launcher of local workers.
+
+pub mod client;
+#[cfg(test)]
+pub mod fake;
+pub mod launcher;
+pub mod protocol;
+pub mod request;
+mod socket;
+
+pub use client::{Event, WorkerClient, WorkerState};
+pub use request::RequestStream;

@@ -1,0 +1,56 @@
+//! One in-flight request as the HTTP side sees it: a stream of events, plus the guarantee
+//! that a request nobody reads any more is aborted on the worker (its KV freed at once).
+
+use tokio::sync::mpsc;
+
+use super::client::{Event, WorkerClient};
+
+pub struct RequestStream {
+    rid: u64,
+    events: mpsc::UnboundedReceiver<Event>,
+    client: WorkerClient,
+    /// The worker has finished the request (last output or error): nothing to abort.
+    finished: bool,
+}
+
+impl RequestStream {
+    pub(super) fn new(rid: u64, events: mpsc::UnboundedReceiver<Event>, client: WorkerClient) -> Self {
+        Self { rid, events, client, finished: false }
+    }
+
+    pub fn rid(&self) -> u64 {
+        self.rid
+    }
+
+    /// The next output or error; None after the request has finished.
+    pub async fn next(&mut self) -> Option<Event> {
+        if self.finished {
+            return None;
+        }
+        let event = self.events.recv().await;
+        match &event {
+            Some(Event::Token(out)) if out.finish.is_none() => {}
+            _ => self.finished = true,
+        }
+        event
+    }
+
+    /// Stops the request early (a stop string matched); the worker frees it now.
+    pub fn abort(mut self) {
+        self.abort_now();
+    }
+
+    fn abort_now(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.client.abort(self.rid);
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    /// A client that disconnects drops its handler's future, and with it this stream.
+    fn drop(&mut self) {
+        self.abort_now();
+    }
+}
