@@ -314,3 +314,10 @@ def test_cache_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     assert default_model.default_cache_dir() == tmp_path / "x" / "minisgl"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_model.default_cache_dir() == Path.home() / ".cache" / "minisgl"
+
+
+def test_unwritable_cache_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(DefaultModelError, match="MINISGL_CACHE_DIR"):
+        ensure_default_model(blocker / "cache")

@@ -215,8 +215,15 @@ def ensure_default_model(cache_dir: str | Path | None = None) -> str:
     target = cache / DEFAULT_MODEL_NAME
     if is_ready(target):
         return str(target)
-    cache.mkdir(parents=True, exist_ok=True)
-    with _file_lock(cache / f".{DEFAULT_MODEL_NAME}.lock"):
+    with contextlib.ExitStack() as stack:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(_file_lock(cache / f".{DEFAULT_MODEL_NAME}.lock"))
+        except OSError as e:
+            raise DefaultModelError(
+                f"cannot use the cache directory {cache} ({e}); point $MINISGL_CACHE_DIR at a "
+                "writable directory, or serve a local model folder with `--model PATH`."
+            ) from e
         if is_ready(target):  # another process finished it while we waited
             return str(target)
         leftovers = [*cache.glob(f".{DEFAULT_MODEL_NAME}.*-*"), *cache.glob(".download-*")]
