@@ -25,13 +25,14 @@ def save_tiny_model(path: Path, arch: str = "llama", **overrides: Any) -> torch.
     """A 2-layer random model of the given HF architecture, saved with save_pretrained."""
     import transformers
 
-    kwargs: dict[str, Any] = dict(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        tie_word_embeddings=True, eos_token_id=2, bos_token_id=1,
-        initializer_range=0.2,  # big enough that greedy outputs are not all one token
-    )
-    kwargs.update(overrides)
+    kwargs: dict[str, Any] = {
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 256, "tie_word_embeddings": True, "eos_token_id": 2,
+        "bos_token_id": 1,
+        "initializer_range": 0.2,  # big enough that greedy outputs are not all one token
+        **overrides,
+    }
     config_cls, model_cls = {
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),

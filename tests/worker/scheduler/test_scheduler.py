@@ -1,0 +1,154 @@
+"""The scheduler with a real engine on the tiny model: batching, chunking, retraction,
+stop conditions, errors, and that every page and slot comes back exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from minisgl_worker.core import ReqStatus
+from minisgl_worker.protocol import Error, Generate, SamplingParams, TokenOutput
+from minisgl_worker.scheduler import Scheduler
+
+PROMPTS = [[(13 * i + 7 * j) % 250 + 3 for j in range(5 + 3 * i)] for i in range(6)]
+GREEDY = SamplingParams(max_new_tokens=12, ignore_eos=True)
+
+
+@pytest.fixture
+def make_scheduler(engine_factory: Any, tiny_llama: tuple[Path, Any]) -> Iterator[Any]:
+    def make(chunk_size: int = 8192, **options: Any) -> Scheduler:
+        return Scheduler(engine_factory(tiny_llama[0], **options), chunk_size=chunk_size)
+
+    yield make
+
+
+def run(sched: Scheduler, msgs: list[Generate], steps: int = 10_000) -> dict[int, Any]:
+    for m in msgs:
+        assert sched.add_request(m) is None
+    outs: dict[int, list[TokenOutput]] = {m.rid: [] for m in msgs}
+    for _ in range(steps):
+        if not sched.has_work:
+            break
+        for o in sched.step():
+            outs.setdefault(o.rid, []).append(o)
+        sched.check_invariants()
+    return outs
+
+
+def tokens(outs: list[TokenOutput]) -> list[int]:
+    return [o.token for o in outs]
+
+
+def assert_all_free(sched: Scheduler) -> None:
+    sched.check_invariants()
+    assert not sched.reqs and sched.allocator.num_free == sched.allocator.num_pages
+    assert sched.table.num_free == sched.table.max_running
+
+
+def test_concurrent_requests_batch_and_match_each_alone(make_scheduler: Any) -> None:
+    sched = make_scheduler(page_size=4)
+    alone = [tokens(run(sched, [Generate(i, p, GREEDY)])[i]) for i, p in enumerate(PROMPTS)]
+    together = run(sched, [Generate(10 + i, p, GREEDY) for i, p in enumerate(PROMPTS)])
+    assert [tokens(together[10 + i]) for i in range(len(PROMPTS))] == alone
+    assert all(len(t) == 12 and o[-1].finish == "length" for t, o in zip(alone, together.values()))
+    assert_all_free(sched)
+
+
+def test_small_chunks_and_a_small_pool_give_the_same_tokens(
+    make_scheduler: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ref = run(make_scheduler(), [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS)])
+    # 7-token chunks split every prompt; a 48-token pool cannot hold all six requests, so
+    # decodes get retracted and recomputed.
+    sched = make_scheduler(chunk_size=7, kv_tokens=48, page_size=2)
+    got = run(sched, [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS)])
+    assert {r: tokens(o) for r, o in got.items()} == {r: tokens(o) for r, o in ref.items()}
+    assert "retracted" in caplog.text
+    assert_all_free(sched)
+
+
+def test_new_requests_join_while_others_decode(make_scheduler: Any) -> None:
+    sched = make_scheduler()
+    assert sched.add_request(Generate(0, PROMPTS[0], GREEDY)) is None
+    first = sched.step() + sched.step()
+    assert sched.add_request(Generate(1, PROMPTS[1], GREEDY)) is None
+    batch = sched.schedule()
+    assert batch is not None and batch.phase == "mixed" and batch.size == 2
+    sched.process_results(batch, sched.engine.forward_batch(batch))
+    assert [o.rid for o in first] == [0, 0]
+
+
+def test_abort_in_every_state_frees_everything_once(make_scheduler: Any) -> None:
+    sched = make_scheduler(chunk_size=8, max_running=2)
+    long = SamplingParams(max_new_tokens=1000, ignore_eos=True)
+    for rid, prompt in enumerate([PROMPTS[1], PROMPTS[5], PROMPTS[2], PROMPTS[3]]):
+        assert sched.add_request(Generate(rid, prompt, long)) is None
+    sched.step()
+    sched.step()
+    states = {rid: (req.status, req.is_decoding) for rid, req in sched.reqs.items()}
+    assert states[0] == (ReqStatus.RUNNING, True)  # decoding
+    assert states[1] == (ReqStatus.RUNNING, False)  # prefilled in chunks
+    assert states[2] == states[3] == (ReqStatus.WAITING, False)  # no slot yet
+    for rid in (1, 0, 3, 0, 99):  # 0 twice and an unknown rid: no-ops
+        sched.abort(rid)
+        sched.check_invariants()
+    run(sched, [])  # request 2 gets a slot and runs on
+    sched.abort(2)
+    assert_all_free(sched)
+    sched.abort(2)  # finished/aborted: no-op
+
+
+def test_stop_conditions(make_scheduler: Any) -> None:
+    sched = make_scheduler(kv_tokens=40)  # max_context 40
+    ref = tokens(run(sched, [Generate(0, PROMPTS[2], GREEDY)])[0])
+    stop_at = ref[4]
+    first = ref.index(stop_at)
+    outs = run(sched, [
+        Generate(1, PROMPTS[2], SamplingParams(max_new_tokens=12, stop_token_ids=[stop_at])),
+        Generate(2, PROMPTS[2], SamplingParams(max_new_tokens=12, stop_token_ids=[stop_at],
+                                                min_new_tokens=first + 2)),
+        Generate(3, PROMPTS[5], SamplingParams(max_new_tokens=100, ignore_eos=True)),
+    ])
+    assert tokens(outs[1]) == ref[: first + 1] and outs[1][-1].finish == "stop"
+    assert stop_at not in tokens(outs[2])[: first + 2]
+    assert len(PROMPTS[5]) + len(outs[3]) == 40 and outs[3][-1].finish == "length"
+    assert all(o.finish is None for o in outs[3][:-1])
+    assert_all_free(sched)
+
+
+def test_requests_that_cannot_fit_get_errors(make_scheduler: Any) -> None:
+    sched = make_scheduler(kv_tokens=32)
+    err = sched.add_request(Generate(0, list(range(3, 35)), GREEDY))
+    assert isinstance(err, Error) and err.rid == 0
+    assert "32 tokens" in err.message and "max_context is 32" in err.message
+    err = sched.add_request(Generate(1, [5, 300], GREEDY))
+    assert isinstance(err, Error) and "300" in err.message and "256" in err.message
+    assert isinstance(sched.add_request(Generate(2, [], GREEDY)), Error)
+    assert sched.add_request(Generate(3, [5], GREEDY)) is None
+    assert isinstance(sched.add_request(Generate(3, [5], GREEDY)), Error)  # duplicate rid
+    run(sched, [])
+    assert_all_free(sched)
+
+
+def test_seeded_sampling_is_reproducible_through_the_scheduler(make_scheduler: Any) -> None:
+    sched = make_scheduler()
+    sp = SamplingParams(max_new_tokens=10, temperature=1.0, seed=5, ignore_eos=True)
+    alone = tokens(run(sched, [Generate(0, PROMPTS[3], sp)])[0])
+    other = SamplingParams(max_new_tokens=10, temperature=1.0, ignore_eos=True)
+    both = run(sched, [Generate(1, PROMPTS[3], other), Generate(2, PROMPTS[3], sp)])
+    assert tokens(both[2]) == alone
+
+
+def test_load_reports_usage(make_scheduler: Any) -> None:
+    sched = make_scheduler(kv_tokens=64)
+    assert sched.add_request(Generate(0, PROMPTS[1], GREEDY)) is None
+    assert sched.add_request(Generate(1, PROMPTS[2], GREEDY)) is None
+    load = sched.load()
+    assert (load.waiting, load.running, load.kv_used, load.kv_total) == (2, 0, 0, 64)
+    sched.step()
+    load = sched.load()
+    assert (load.waiting, load.running) == (0, 2)
+    assert load.kv_used == len(PROMPTS[1]) + len(PROMPTS[2])
+    assert load.kv_cached == 0
