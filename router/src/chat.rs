@@ -18,29 +18,52 @@ pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     let logprobs = req.logprobs.unwrap_or(false);
     let top_logprobs = req.top_logprobs.unwrap_or(0);
     if top_logprobs != 0 && !logprobs {
-        return Err(ApiError::invalid("top_logprobs", "`top_logprobs` requires `logprobs` = true"));
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs` requires `logprobs` = true",
+        ));
     }
-    Ok(EndpointParams { max_completion_tokens: req.max_completion_tokens, logprobs, top_logprobs })
+    Ok(EndpointParams {
+        max_completion_tokens: req.max_completion_tokens,
+        logprobs,
+        top_logprobs,
+    })
 }
 
 /// Renders the conversation with the model's chat template.
 pub fn prompt(state: &AppState, messages: &[ChatMessage]) -> Result<PromptInput, ApiError> {
     let template = state.template.as_ref().ok_or_else(|| {
-        ApiError::bad_request(format!("the model `{}` has no chat template; use /v1/completions", state.model_name))
+        ApiError::bad_request(format!(
+            "the model `{}` has no chat template; use /v1/completions",
+            state.model_name
+        ))
     })?;
     if messages.is_empty() {
-        return Err(ApiError::invalid("messages", "`messages` must not be empty"));
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must not be empty",
+        ));
     }
-    let messages = messages.iter().enumerate().map(flatten).collect::<Result<Vec<_>, _>>()?;
+    let messages = messages
+        .iter()
+        .enumerate()
+        .map(flatten)
+        .collect::<Result<Vec<_>, _>>()?;
     let text = template.render(&messages)?;
-    Ok(PromptInput::Text { text, add_special_tokens: false })
+    Ok(PromptInput::Text {
+        text,
+        add_special_tokens: false,
+    })
 }
 
 fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiError> {
     if !ROLES.contains(&message.role.as_str()) {
         return Err(ApiError::invalid(
             "messages",
-            format!("`messages[{i}].role` must be one of {ROLES:?}; got {:?}", message.role),
+            format!(
+                "`messages[{i}].role` must be one of {ROLES:?}; got {:?}",
+                message.role
+            ),
         ));
     }
     let content = match &message.content {
@@ -51,18 +74,21 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
             for part in parts {
                 match (part.kind.as_str(), &part.text) {
                     ("text", Some(t)) => text.push_str(t),
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            "messages",
-                            format!("`messages[{i}].content`: only text parts are supported; got `{kind}`"),
-                        ))
-                    }
+                    (kind, _) => return Err(ApiError::invalid(
+                        "messages",
+                        format!(
+                            "`messages[{i}].content`: only text parts are supported; got `{kind}`"
+                        ),
+                    )),
                 }
             }
             text
         }
     };
-    Ok(TemplateMessage { role: message.role.clone(), content })
+    Ok(TemplateMessage {
+        role: message.role.clone(),
+        content,
+    })
 }
 
 pub struct ChatFormat {
@@ -99,13 +125,18 @@ impl Format for ChatFormat {
             (false, Some(_)) => json!({}),
             (false, None) => json!({"content": piece.text}),
         };
-        let logprobs = if first || finish.is_some() { Value::Null } else { self.logprobs(&piece.logprobs) };
+        let logprobs = if first || finish.is_some() {
+            Value::Null
+        } else {
+            self.logprobs(&piece.logprobs)
+        };
         let choice = json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish.map(finish_reason)});
         self.head.object("chat.completion.chunk", json!([choice]))
     }
 
     fn usage_chunk(&self, usage: Usage) -> Value {
-        self.head.with_usage("chat.completion.chunk", json!([]), usage)
+        self.head
+            .with_usage("chat.completion.chunk", json!([]), usage)
     }
 
     fn complete(&mut self, piece: &Piece, finish: Finish, usage: Usage) -> Value {
@@ -115,7 +146,8 @@ impl Format for ChatFormat {
             "logprobs": self.logprobs(&piece.logprobs),
             "finish_reason": finish_reason(finish),
         });
-        self.head.with_usage("chat.completion", json!([choice]), usage)
+        self.head
+            .with_usage("chat.completion", json!([choice]), usage)
     }
 }
 
@@ -125,25 +157,47 @@ mod tests {
     use crate::openai::ContentPart;
 
     fn message(role: &str, content: Option<Content>) -> ChatMessage {
-        ChatMessage { role: role.into(), content, name: None, tool_call_id: None }
+        ChatMessage {
+            role: role.into(),
+            content,
+            name: None,
+            tool_call_id: None,
+        }
     }
 
     #[test]
     fn text_parts_are_joined_and_other_parts_refused() {
         let parts = vec![
-            ContentPart { kind: "text".into(), text: Some("a".into()) },
-            ContentPart { kind: "text".into(), text: Some("b".into()) },
+            ContentPart {
+                kind: "text".into(),
+                text: Some("a".into()),
+            },
+            ContentPart {
+                kind: "text".into(),
+                text: Some("b".into()),
+            },
         ];
         let m = flatten((0, &message("user", Some(Content::Parts(parts))))).unwrap();
         assert_eq!(m.content, "ab");
-        let image = vec![ContentPart { kind: "image_url".into(), text: None }];
+        let image = vec![ContentPart {
+            kind: "image_url".into(),
+            text: None,
+        }];
         let err = flatten((1, &message("user", Some(Content::Parts(image))))).unwrap_err();
-        assert_eq!(err.message(), "`messages[1].content`: only text parts are supported; got `image_url`");
+        assert_eq!(
+            err.message(),
+            "`messages[1].content`: only text parts are supported; got `image_url`"
+        );
     }
 
     #[test]
     fn unknown_roles_are_refused() {
         let err = flatten((0, &message("wizard", None))).unwrap_err();
-        assert!(err.message().starts_with("`messages[0].role` must be one of"), "{}", err.message());
+        assert!(
+            err.message()
+                .starts_with("`messages[0].role` must be one of"),
+            "{}",
+            err.message()
+        );
     }
 }

@@ -54,11 +54,18 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| format!("the chat template does not parse: {e}"))?;
-        Ok(Self { env, bos_token, eos_token })
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
     }
 
     pub fn render(&self, messages: &[TemplateMessage]) -> Result<String, ApiError> {
-        let template = self.env.get_template(TEMPLATE_NAME).expect("added in new()");
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .expect("added in new()");
         let ctx = context! {
             messages => messages,
             add_generation_prompt => true,
@@ -67,9 +74,9 @@ impl ChatTemplate {
         };
         // A template error is nearly always about the messages (e.g. roles out of order),
         // so it is the client's to fix.
-        template
-            .render(ctx)
-            .map_err(|e| ApiError::invalid("messages", format!("chat template: {}", error_text(&e))))
+        template.render(ctx).map_err(|e| {
+            ApiError::invalid("messages", format!("chat template: {}", error_text(&e)))
+        })
     }
 }
 
@@ -84,8 +91,8 @@ fn read_json(path: &Path) -> Result<Option<Json>, String> {
     if !path.exists() {
         return Ok(None);
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| format!("{} is not valid JSON: {e}", path.display()))
@@ -106,7 +113,11 @@ fn template_from_config(config: &Json) -> Option<String> {
 fn special_token(config: &Json, key: &str) -> String {
     match config.get(key) {
         Some(Json::String(s)) => s.clone(),
-        Some(map) => map.get("content").and_then(Json::as_str).unwrap_or("").to_string(),
+        Some(map) => map
+            .get("content")
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string(),
         None => String::new(),
     }
 }
@@ -124,8 +135,18 @@ fn strftime_now(format: String) -> String {
 }
 
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 
 /// The subset of strftime that chat templates use (UTC): %Y %m %d %B %b %H %M %S %%.
@@ -180,12 +201,17 @@ mod tests {
     use crate::tokenizer::tests::tiny_model_dir;
 
     fn msg(role: &str, content: &str) -> TemplateMessage {
-        TemplateMessage { role: role.into(), content: content.into() }
+        TemplateMessage {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 
     #[test]
     fn renders_chatml_with_default_system_prompt() {
-        let t = ChatTemplate::from_model_dir(&tiny_model_dir()).unwrap().unwrap();
+        let t = ChatTemplate::from_model_dir(&tiny_model_dir())
+            .unwrap()
+            .unwrap();
         let text = t.render(&[msg("user", "Hi")]).unwrap();
         assert_eq!(
             text,
@@ -226,6 +252,9 @@ mod tests {
     #[test]
     fn strftime_formats_utc_dates() {
         // 2024-02-29 13:05:09 UTC
-        assert_eq!(strftime(1_709_211_909, "%d %B %Y %H:%M:%S (%b) 100%%"), "29 February 2024 13:05:09 (Feb) 100%");
+        assert_eq!(
+            strftime(1_709_211_909, "%d %B %Y %H:%M:%S (%b) 100%%"),
+            "29 February 2024 13:05:09 (Feb) 100%"
+        );
     }
 }

@@ -18,18 +18,34 @@ const MAX_LOGPROBS: i64 = 5;
 pub fn endpoint_params(req: &CompletionRequest) -> Result<EndpointParams, ApiError> {
     let top = req.logprobs.unwrap_or(0);
     if !(0..=MAX_LOGPROBS).contains(&top) {
-        return Err(ApiError::invalid("logprobs", format!("`logprobs` must be in [0, {MAX_LOGPROBS}]; got {top}")));
+        return Err(ApiError::invalid(
+            "logprobs",
+            format!("`logprobs` must be in [0, {MAX_LOGPROBS}]; got {top}"),
+        ));
     }
-    Ok(EndpointParams { max_completion_tokens: None, logprobs: req.logprobs.is_some(), top_logprobs: top })
+    Ok(EndpointParams {
+        max_completion_tokens: None,
+        logprobs: req.logprobs.is_some(),
+        top_logprobs: top,
+    })
 }
 
 pub fn prompt(prompt: Prompt) -> Result<PromptInput, ApiError> {
-    let several = || ApiError::invalid("prompt", "several prompts in one request are not supported yet; send one");
+    let several = || {
+        ApiError::invalid(
+            "prompt",
+            "several prompts in one request are not supported yet; send one",
+        )
+    };
     Ok(match prompt {
-        Prompt::Text(text) => PromptInput::Text { text, add_special_tokens: true },
-        Prompt::Texts(mut texts) if texts.len() == 1 => {
-            PromptInput::Text { text: texts.remove(0), add_special_tokens: true }
-        }
+        Prompt::Text(text) => PromptInput::Text {
+            text,
+            add_special_tokens: true,
+        },
+        Prompt::Texts(mut texts) if texts.len() == 1 => PromptInput::Text {
+            text: texts.remove(0),
+            add_special_tokens: true,
+        },
         Prompt::Ids(ids) => PromptInput::Ids(ids),
         Prompt::IdLists(mut lists) if lists.len() == 1 => PromptInput::Ids(lists.remove(0)),
         Prompt::Texts(_) | Prompt::IdLists(_) => return Err(several()),
@@ -46,7 +62,12 @@ pub struct CompletionFormat {
 
 impl CompletionFormat {
     pub fn new(head: Head, tokenizer: Tokenizer, logprobs: bool) -> Self {
-        Self { head, tokenizer, logprobs, offset: 0 }
+        Self {
+            head,
+            tokenizer,
+            logprobs,
+            offset: 0,
+        }
     }
 
     fn logprobs(&mut self, entries: &[TokenLogprob]) -> Value {
@@ -63,7 +84,12 @@ impl CompletionFormat {
         }
         let top: Vec<BTreeMap<String, f64>> = entries
             .iter()
-            .map(|e| e.top.iter().map(|&(t, lp)| (self.tokenizer.token_text(t), lp)).collect())
+            .map(|e| {
+                e.top
+                    .iter()
+                    .map(|&(t, lp)| (self.tokenizer.token_text(t), lp))
+                    .collect()
+            })
             .collect();
         json!({
             "tokens": tokens,
@@ -76,7 +102,11 @@ impl CompletionFormat {
 
 impl Format for CompletionFormat {
     fn chunk(&mut self, piece: &Piece, finish: Option<Finish>, first: bool) -> Value {
-        let logprobs = if first { Value::Null } else { self.logprobs(&piece.logprobs) };
+        let logprobs = if first {
+            Value::Null
+        } else {
+            self.logprobs(&piece.logprobs)
+        };
         let choice = json!({"index": 0, "text": piece.text, "logprobs": logprobs, "finish_reason": finish.map(finish_reason)});
         self.head.object("text_completion", json!([choice]))
     }
@@ -92,7 +122,8 @@ impl Format for CompletionFormat {
             "logprobs": self.logprobs(&piece.logprobs),
             "finish_reason": finish_reason(finish),
         });
-        self.head.with_usage("text_completion", json!([choice]), usage)
+        self.head
+            .with_usage("text_completion", json!([choice]), usage)
     }
 }
 
@@ -102,16 +133,34 @@ mod tests {
 
     #[test]
     fn single_prompts_in_any_shape_are_accepted() {
-        assert!(matches!(prompt(Prompt::Texts(vec!["a".into()])), Ok(PromptInput::Text { add_special_tokens: true, .. })));
-        assert!(matches!(prompt(Prompt::IdLists(vec![vec![1]])), Ok(PromptInput::Ids(_))));
-        let err = prompt(Prompt::Texts(vec!["a".into(), "b".into()])).err().unwrap();
+        assert!(matches!(
+            prompt(Prompt::Texts(vec!["a".into()])),
+            Ok(PromptInput::Text {
+                add_special_tokens: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            prompt(Prompt::IdLists(vec![vec![1]])),
+            Ok(PromptInput::Ids(_))
+        ));
+        let err = prompt(Prompt::Texts(vec!["a".into(), "b".into()]))
+            .err()
+            .unwrap();
         assert_eq!(err.body()["error"]["param"], "prompt");
     }
 
     #[test]
     fn logprobs_count_is_bounded() {
-        let req = |n| CompletionRequest { model: "m".into(), prompt: Prompt::Text("p".into()), logprobs: Some(n) };
+        let req = |n| CompletionRequest {
+            model: "m".into(),
+            prompt: Prompt::Text("p".into()),
+            logprobs: Some(n),
+        };
         assert_eq!(endpoint_params(&req(2)).unwrap().top_logprobs, 2);
-        assert_eq!(endpoint_params(&req(6)).unwrap_err().message(), "`logprobs` must be in [0, 5]; got 6");
+        assert_eq!(
+            endpoint_params(&req(6)).unwrap_err().message(),
+            "`logprobs` must be in [0, 5]; got 6"
+        );
     }
 }

@@ -6,7 +6,11 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "minisgl-router", version, about = "minisgl's OpenAI-compatible server: a Rust router in front of Python workers.")]
+#[command(
+    name = "minisgl-router",
+    version,
+    about = "minisgl's OpenAI-compatible server: a Rust router in front of Python workers."
+)]
 pub struct Config {
     /// Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, config.json,
     /// weights); without it the embedded default model is served.
@@ -63,7 +67,8 @@ pub enum Dtype {
 impl Config {
     /// How many workers to spawn here.
     pub fn local_workers(&self) -> usize {
-        self.workers.unwrap_or(if self.remote_workers.is_empty() { 1 } else { 0 })
+        self.workers
+            .unwrap_or(if self.remote_workers.is_empty() { 1 } else { 0 })
     }
 
     pub fn ready_timeout(&self) -> Duration {
@@ -74,8 +79,14 @@ impl Config {
         if self.local_workers() == 0 && self.remote_workers.is_empty() {
             return Err("no workers: give --workers N (N >= 1) or --worker tcp://HOST:PORT".into());
         }
-        if let Some(bad) = self.remote_workers.iter().find(|w| !(w.starts_with("tcp://") || w.starts_with("ipc://"))) {
-            return Err(format!("--worker must be tcp://HOST:PORT or ipc://PATH; got {bad}"));
+        if let Some(bad) = self
+            .remote_workers
+            .iter()
+            .find(|w| !(w.starts_with("tcp://") || w.starts_with("ipc://")))
+        {
+            return Err(format!(
+                "--worker must be tcp://HOST:PORT or ipc://PATH; got {bad}"
+            ));
         }
         Ok(())
     }
@@ -113,8 +124,14 @@ mod tests {
     #[test]
     fn defaults() {
         let c = parse(&[]).unwrap();
-        assert_eq!((c.host.as_str(), c.port, c.local_workers()), ("127.0.0.1", 8000, 1));
-        assert_eq!((c.device, c.dtype, c.ready_timeout), (Device::Auto, Dtype::Auto, 600));
+        assert_eq!(
+            (c.host.as_str(), c.port, c.local_workers()),
+            ("127.0.0.1", 8000, 1)
+        );
+        assert_eq!(
+            (c.device, c.dtype, c.ready_timeout),
+            (Device::Auto, Dtype::Auto, 600)
+        );
         assert!(c.model.is_none() && c.check().is_ok());
     }
 
@@ -125,13 +142,28 @@ mod tests {
         let c = parse(&["--worker", "tcp://a:1", "--workers", "2"]).unwrap();
         assert_eq!(c.local_workers(), 2);
         assert!(parse(&["--workers", "0"]).unwrap().check().is_err());
-        assert!(parse(&["--worker", "a:1"]).unwrap().check().unwrap_err().contains("got a:1"));
+        assert!(parse(&["--worker", "a:1"])
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .contains("got a:1"));
     }
 
     #[test]
     fn enums_and_errors() {
-        let c = parse(&["--device", "cuda", "--dtype", "bfloat16", "--page-size", "16"]).unwrap();
-        assert_eq!((c.device.as_str(), c.dtype.as_str(), c.page_size), ("cuda", "bfloat16", Some(16)));
+        let c = parse(&[
+            "--device",
+            "cuda",
+            "--dtype",
+            "bfloat16",
+            "--page-size",
+            "16",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.device.as_str(), c.dtype.as_str(), c.page_size),
+            ("cuda", "bfloat16", Some(16))
+        );
         let err = parse(&["--device", "tpu"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);

@@ -9,7 +9,10 @@ use serde_json::json;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     /// The client's request is wrong; `param` names the offending field when there is one.
-    BadRequest { message: String, param: Option<String> },
+    BadRequest {
+        message: String,
+        param: Option<String>,
+    },
     /// The `model` field names a model this router does not serve.
     ModelNotFound(String),
     /// No such route.
@@ -24,12 +27,18 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::BadRequest { message: message.into(), param: None }
+        Self::BadRequest {
+            message: message.into(),
+            param: None,
+        }
     }
 
     /// A bad value in the field `param`.
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {
-        Self::BadRequest { message: message.into(), param: Some(param.to_string()) }
+        Self::BadRequest {
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -59,12 +68,16 @@ impl ApiError {
     pub fn body(&self) -> serde_json::Value {
         let (kind, code, param) = match self {
             Self::BadRequest { param, .. } => ("invalid_request_error", None, param.clone()),
-            Self::ModelNotFound(_) => {
-                ("invalid_request_error", Some("model_not_found"), Some("model".into()))
-            }
+            Self::ModelNotFound(_) => (
+                "invalid_request_error",
+                Some("model_not_found"),
+                Some("model".into()),
+            ),
             Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
             Self::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large"), None),
-            Self::MethodNotAllowed(_) => ("invalid_request_error", Some("method_not_allowed"), None),
+            Self::MethodNotAllowed(_) => {
+                ("invalid_request_error", Some("method_not_allowed"), None)
+            }
             Self::Unavailable(_) => ("server_error", Some("service_unavailable"), None),
             Self::Internal(_) => ("server_error", None, None),
         };
@@ -95,16 +108,34 @@ mod tests {
         let body = e.body();
         assert_eq!(body["error"]["param"], "top_p");
         assert_eq!(body["error"]["type"], "invalid_request_error");
-        assert_eq!(body["error"]["message"], "`top_p` must be in (0, 1]; got 1.5");
+        assert_eq!(
+            body["error"]["message"],
+            "`top_p` must be in (0, 1]; got 1.5"
+        );
         assert!(body["error"]["code"].is_null());
     }
 
     #[test]
     fn statuses_follow_the_variant() {
-        assert_eq!(ApiError::ModelNotFound("x".into()).status(), StatusCode::NOT_FOUND);
-        assert_eq!(ApiError::ModelNotFound("x".into()).body()["error"]["code"], "model_not_found");
-        assert_eq!(ApiError::PayloadTooLarge("x".into()).status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(ApiError::Unavailable("x".into()).status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(ApiError::Internal("x".into()).status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            ApiError::ModelNotFound("x".into()).status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ApiError::ModelNotFound("x".into()).body()["error"]["code"],
+            "model_not_found"
+        );
+        assert_eq!(
+            ApiError::PayloadTooLarge("x".into()).status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            ApiError::Unavailable("x".into()).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            ApiError::Internal("x".into()).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -15,7 +15,10 @@ use crate::worker::protocol::{Finish, TokenOutput};
 use crate::worker::{Event, RequestStream};
 
 pub enum PromptInput {
-    Text { text: String, add_special_tokens: bool },
+    Text {
+        text: String,
+        add_special_tokens: bool,
+    },
     Ids(Vec<u32>),
 }
 
@@ -51,14 +54,23 @@ pub struct Generation {
     cached_tokens: u32,
 }
 
-pub async fn start(state: &AppState, prompt: PromptInput, mut params: GenParams) -> Result<Generation, ApiError> {
+pub async fn start(
+    state: &AppState,
+    prompt: PromptInput,
+    mut params: GenParams,
+) -> Result<Generation, ApiError> {
     let input_ids = match prompt {
-        PromptInput::Text { text, add_special_tokens } => state.tokenizer.encode(text, add_special_tokens).await?,
+        PromptInput::Text {
+            text,
+            add_special_tokens,
+        } => state.tokenizer.encode(text, add_special_tokens).await?,
         PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
     };
     params.fit_to_context(input_ids.len(), state.max_context)?;
     let prompt_tokens = input_ids.len() as u32;
-    let request = state.pick_worker(&input_ids)?.submit(input_ids, params.sampling)?;
+    let request = state
+        .pick_worker(&input_ids)?
+        .submit(input_ids, params.sampling)?;
     Ok(Generation {
         request: Some(request),
         tokenizer: state.tokenizer.clone(),
@@ -73,7 +85,10 @@ pub async fn start(state: &AppState, prompt: PromptInput, mut params: GenParams)
 
 fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
     match ids.iter().find(|&&t| t as usize >= vocab_size) {
-        Some(t) => Err(ApiError::invalid("prompt", format!("token id {t} is outside the vocabulary of {vocab_size}"))),
+        Some(t) => Err(ApiError::invalid(
+            "prompt",
+            format!("token id {t} is outside the vocabulary of {vocab_size}"),
+        )),
         None => Ok(ids),
     }
 }
@@ -94,14 +109,20 @@ impl Generation {
                 }
                 None => {
                     self.request = None;
-                    return Some(Err(ApiError::Internal("the worker dropped the request".into())));
+                    return Some(Err(ApiError::Internal(
+                        "the worker dropped the request".into(),
+                    )));
                 }
             }
         }
     }
 
     pub fn usage(&self) -> Usage {
-        Usage::new(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
+        Usage::new(
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cached_tokens,
+        )
     }
 
     fn on_token(&mut self, out: TokenOutput) {
@@ -113,7 +134,11 @@ impl Generation {
             piece.text = self.decoder.step(&self.tokenizer, out.token);
             if let Some(logprob) = out.logprob {
                 let top = out.top_logprobs.unwrap_or_default();
-                piece.logprobs.push(TokenLogprob { token: out.token, logprob, top });
+                piece.logprobs.push(TokenLogprob {
+                    token: out.token,
+                    logprob,
+                    top,
+                });
             }
         }
         if out.finish.is_some() {
@@ -154,7 +179,9 @@ pub async fn collect(generation: &mut Generation) -> Result<(Piece, Finish), Api
             Update::Finished(finish) => return Ok((all, finish)),
         }
     }
-    Err(ApiError::Internal("the generation ended without a finish reason".into()))
+    Err(ApiError::Internal(
+        "the generation ended without a finish reason".into(),
+    ))
 }
 
 #[cfg(test)]

@@ -40,7 +40,11 @@ fn main(py: Python<'_>, argv: Vec<String>, python: String, default_model: Py<PyA
         }
     };
     if config.model.is_none() {
-        match default_model.bind(py).call0().and_then(|path| path.str().map(|s| s.to_string())) {
+        match default_model
+            .bind(py)
+            .call0()
+            .and_then(|path| path.str().map(|s| s.to_string()))
+        {
             Ok(path) => config.model = Some(path.into()),
             Err(e) => {
                 eprintln!("minisgl-router: error: cannot prepare the default model: {e}");

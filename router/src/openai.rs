@@ -63,8 +63,13 @@ pub struct ChatRequest {
 }
 
 impl Endpoint for ChatRequest {
-    const FIELDS: &'static [&'static str] =
-        &["model", "messages", "max_completion_tokens", "logprobs", "top_logprobs"];
+    const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+    ];
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,8 +123,9 @@ pub fn parse_body<E: Endpoint>(body: &[u8]) -> Result<(E, CommonParams), ApiErro
     let Value::Object(map) = value else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     };
-    let (own, common): (Map<String, Value>, Map<String, Value>) =
-        map.into_iter().partition(|(k, _)| E::FIELDS.contains(&k.as_str()));
+    let (own, common): (Map<String, Value>, Map<String, Value>) = map
+        .into_iter()
+        .partition(|(k, _)| E::FIELDS.contains(&k.as_str()));
     Ok((from_map(own)?, from_map(common)?))
 }
 
@@ -205,7 +211,11 @@ mod tests {
     #[test]
     fn type_errors_name_the_field() {
         let err = chat(r#"{"model":"m","messages":[],"temperature":"hot"}"#).unwrap_err();
-        assert!(err.message().starts_with("`temperature`: invalid type"), "{}", err.message());
+        assert!(
+            err.message().starts_with("`temperature`: invalid type"),
+            "{}",
+            err.message()
+        );
         assert_eq!(err.body()["error"]["param"], "temperature");
         let err = chat(r#"{"messages":[]}"#).unwrap_err();
         assert_eq!(err.message(), "missing field `model`");
@@ -213,8 +223,14 @@ mod tests {
 
     #[test]
     fn bad_json_and_non_objects_are_bad_requests() {
-        assert!(chat("{").unwrap_err().message().starts_with("the body is not valid JSON"));
-        assert_eq!(chat("[1]").unwrap_err().message(), "the body must be a JSON object");
+        assert!(chat("{")
+            .unwrap_err()
+            .message()
+            .starts_with("the body is not valid JSON"));
+        assert_eq!(
+            chat("[1]").unwrap_err().message(),
+            "the body must be a JSON object"
+        );
     }
 
     #[test]

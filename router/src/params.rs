@@ -31,16 +31,35 @@ pub struct EndpointParams {
 
 pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenParams, ApiError> {
     if let Some(n) = common.n.filter(|&n| n != 1) {
-        return Err(ApiError::invalid("n", format!("only `n` = 1 is supported; got {n}")));
+        return Err(ApiError::invalid(
+            "n",
+            format!("only `n` = 1 is supported; got {n}"),
+        ));
     }
     let (max_tokens, max_tokens_field) = match endpoint.max_completion_tokens {
-        Some(v) => (Some(at_least("max_completion_tokens", v, 1)?), "max_completion_tokens"),
-        None => (common.max_tokens.map(|v| at_least("max_tokens", v, 1)).transpose()?, "max_tokens"),
+        Some(v) => (
+            Some(at_least("max_completion_tokens", v, 1)?),
+            "max_completion_tokens",
+        ),
+        None => (
+            common
+                .max_tokens
+                .map(|v| at_least("max_tokens", v, 1))
+                .transpose()?,
+            "max_tokens",
+        ),
     };
     let stream = common.stream.unwrap_or(false);
-    let include_usage = common.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+    let include_usage = common
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
     if common.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid("stream_options", "`stream_options` is only allowed with `stream` = true"));
+        return Err(ApiError::invalid(
+            "stream_options",
+            "`stream_options` is only allowed with `stream` = true",
+        ));
     }
     Ok(GenParams {
         sampling: sampling(common, endpoint)?,
@@ -56,21 +75,46 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
     let d = Sampling::default();
     let top_k = c.top_k.unwrap_or(0);
     if top_k < -1 {
-        return Err(ApiError::invalid("top_k", format!("`top_k` must be -1, 0 (off) or positive; got {top_k}")));
+        return Err(ApiError::invalid(
+            "top_k",
+            format!("`top_k` must be -1, 0 (off) or positive; got {top_k}"),
+        ));
     }
     Ok(Sampling {
         temperature: in_range("temperature", c.temperature, 0.0, 2.0, d.temperature)?,
-        top_p: check(c.top_p, d.top_p, "top_p", |v| v > 0.0 && v <= 1.0, "in (0, 1]")?,
+        top_p: check(
+            c.top_p,
+            d.top_p,
+            "top_p",
+            |v| v > 0.0 && v <= 1.0,
+            "in (0, 1]",
+        )?,
         top_k: top_k.max(0),
-        min_p: check(c.min_p, d.min_p, "min_p", |v| (0.0..1.0).contains(&v), "in [0, 1)")?,
+        min_p: check(
+            c.min_p,
+            d.min_p,
+            "min_p",
+            |v| (0.0..1.0).contains(&v),
+            "in [0, 1)",
+        )?,
         seed: c.seed.map(|s| s as u64),
         max_new_tokens: 0,
-        min_new_tokens: c.min_tokens.map(|v| at_least("min_tokens", v, 0)).transpose()?.unwrap_or(0),
+        min_new_tokens: c
+            .min_tokens
+            .map(|v| at_least("min_tokens", v, 0))
+            .transpose()?
+            .unwrap_or(0),
         ignore_eos: c.ignore_eos.unwrap_or(false),
         stop_token_ids: c.stop_token_ids.clone().unwrap_or_default(),
         frequency_penalty: in_range("frequency_penalty", c.frequency_penalty, -2.0, 2.0, 0.0)?,
         presence_penalty: in_range("presence_penalty", c.presence_penalty, -2.0, 2.0, 0.0)?,
-        repetition_penalty: check(c.repetition_penalty, 1.0, "repetition_penalty", |v| v > 0.0, "> 0")?,
+        repetition_penalty: check(
+            c.repetition_penalty,
+            1.0,
+            "repetition_penalty",
+            |v| v > 0.0,
+            "> 0",
+        )?,
         logprobs: e.logprobs,
         top_logprobs: top_logprobs(e)?,
     })
@@ -87,21 +131,45 @@ fn top_logprobs(e: &EndpointParams) -> Result<u32, ApiError> {
     Ok(n as u32)
 }
 
-fn check(value: Option<f64>, default: f64, field: &str, ok: impl Fn(f64) -> bool, limit: &str) -> Result<f64, ApiError> {
+fn check(
+    value: Option<f64>,
+    default: f64,
+    field: &str,
+    ok: impl Fn(f64) -> bool,
+    limit: &str,
+) -> Result<f64, ApiError> {
     match value {
         None => Ok(default),
         Some(v) if v.is_finite() && ok(v) => Ok(v),
-        Some(v) => Err(ApiError::invalid(field, format!("`{field}` must be {limit}; got {v}"))),
+        Some(v) => Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be {limit}; got {v}"),
+        )),
     }
 }
 
-fn in_range(field: &str, value: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f64, ApiError> {
-    check(value, default, field, |v| (lo..=hi).contains(&v), &format!("in [{lo}, {hi}]"))
+fn in_range(
+    field: &str,
+    value: Option<f64>,
+    lo: f64,
+    hi: f64,
+    default: f64,
+) -> Result<f64, ApiError> {
+    check(
+        value,
+        default,
+        field,
+        |v| (lo..=hi).contains(&v),
+        &format!("in [{lo}, {hi}]"),
+    )
 }
 
 fn at_least(field: &str, value: i64, min: i64) -> Result<u32, ApiError> {
     if value < min || value > i64::from(u32::MAX) {
-        return Err(ApiError::invalid(field, format!("`{field}` must be at least {min}; got {value}")));
+        return Err(ApiError::invalid(
+            field,
+            format!("`{field}` must be at least {min}; got {value}"),
+        ));
     }
     Ok(value as u32)
 }
@@ -113,10 +181,19 @@ fn stops(stop: Option<&Stop>) -> Result<Vec<String>, ApiError> {
         Some(Stop::Many(v)) => v.clone(),
     };
     if stops.len() > MAX_STOPS {
-        return Err(ApiError::invalid("stop", format!("`stop` may hold at most {MAX_STOPS} strings; got {}", stops.len())));
+        return Err(ApiError::invalid(
+            "stop",
+            format!(
+                "`stop` may hold at most {MAX_STOPS} strings; got {}",
+                stops.len()
+            ),
+        ));
     }
     if stops.iter().any(String::is_empty) {
-        return Err(ApiError::invalid("stop", "`stop` strings must not be empty"));
+        return Err(ApiError::invalid(
+            "stop",
+            "`stop` strings must not be empty",
+        ));
     }
     Ok(stops)
 }
@@ -152,7 +229,7 @@ impl GenParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::{ChatRequest, parse_body};
+    use crate::openai::{parse_body, ChatRequest};
 
     fn params(extra: &str) -> Result<GenParams, ApiError> {
         let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
@@ -172,22 +249,52 @@ mod tests {
     #[test]
     fn defaults_are_the_protocols() {
         let p = params("").unwrap();
-        assert_eq!(p.sampling, Sampling { max_new_tokens: 0, ..Sampling::default() });
+        assert_eq!(
+            p.sampling,
+            Sampling {
+                max_new_tokens: 0,
+                ..Sampling::default()
+            }
+        );
         assert!(!p.stream && p.stops.is_empty());
     }
 
     #[test]
     fn limits_are_named_in_messages() {
-        assert_eq!(message(r#","top_p":1.5"#), "`top_p` must be in (0, 1]; got 1.5");
-        assert_eq!(message(r#","temperature":2.5"#), "`temperature` must be in [0, 2]; got 2.5");
+        assert_eq!(
+            message(r#","top_p":1.5"#),
+            "`top_p` must be in (0, 1]; got 1.5"
+        );
+        assert_eq!(
+            message(r#","temperature":2.5"#),
+            "`temperature` must be in [0, 2]; got 2.5"
+        );
         assert_eq!(message(r#","min_p":1"#), "`min_p` must be in [0, 1); got 1");
-        assert_eq!(message(r#","repetition_penalty":0"#), "`repetition_penalty` must be > 0; got 0");
-        assert_eq!(message(r#","presence_penalty":-3"#), "`presence_penalty` must be in [-2, 2]; got -3");
+        assert_eq!(
+            message(r#","repetition_penalty":0"#),
+            "`repetition_penalty` must be > 0; got 0"
+        );
+        assert_eq!(
+            message(r#","presence_penalty":-3"#),
+            "`presence_penalty` must be in [-2, 2]; got -3"
+        );
         assert_eq!(message(r#","n":2"#), "only `n` = 1 is supported; got 2");
-        assert_eq!(message(r#","max_tokens":0"#), "`max_tokens` must be at least 1; got 0");
-        assert_eq!(message(r#","top_logprobs":21"#), "`top_logprobs` must be in [0, 20]; got 21");
-        assert_eq!(message(r#","stop":["a","b","c","d","e"]"#), "`stop` may hold at most 4 strings; got 5");
-        assert_eq!(message(r#","stream_options":{"include_usage":true}"#), "`stream_options` is only allowed with `stream` = true");
+        assert_eq!(
+            message(r#","max_tokens":0"#),
+            "`max_tokens` must be at least 1; got 0"
+        );
+        assert_eq!(
+            message(r#","top_logprobs":21"#),
+            "`top_logprobs` must be in [0, 20]; got 21"
+        );
+        assert_eq!(
+            message(r#","stop":["a","b","c","d","e"]"#),
+            "`stop` may hold at most 4 strings; got 5"
+        );
+        assert_eq!(
+            message(r#","stream_options":{"include_usage":true}"#),
+            "`stream_options` is only allowed with `stream` = true"
+        );
     }
 
     #[test]

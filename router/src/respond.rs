@@ -45,8 +45,7 @@ pub async fn respond<F: Format>(
     let events = async_stream::stream! {
         let mut started = false;
         let mut update = first;
-        loop {
-            let Some(current) = update.take() else { break };
+        while let Some(current) = update.take() {
             if !started {
                 started = true;
                 yield data(&format.chunk(&Piece::default(), None, true));
@@ -63,11 +62,8 @@ pub async fn respond<F: Format>(
             }
             match generation.next().await {
                 Some(Ok(next)) => update = Some(next),
-                Some(Err(e)) => {
-                    yield data(&e.body());
-                    break;
-                }
-                None => break,
+                Some(Err(e)) => yield data(&e.body()),
+                None => {}
             }
         }
         yield Ok::<Event, Infallible>(Event::default().data("[DONE]"));
@@ -92,7 +88,11 @@ impl Head {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let created = unix_now();
-        Self { id: format!("{prefix}-{created:x}{n:08x}"), created, model: model.to_string() }
+        Self {
+            id: format!("{prefix}-{created:x}{n:08x}"),
+            created,
+            model: model.to_string(),
+        }
     }
 
     pub fn object(&self, object: &str, choices: Value) -> Value {

@@ -23,7 +23,10 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// Runs the server to the end; the exit code (0 after a clean shutdown, 1 on startup failure).
 pub fn run(config: Config, python: String) -> i32 {
     init_logging(&config.log_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
@@ -42,7 +45,10 @@ fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
 }
 
 /// The model folder's tokenizer, chat template and served name.
@@ -59,11 +65,24 @@ pub fn load_model_files(dir: &Path, served_name: Option<&str>) -> Result<ModelFi
     let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
     let template = ChatTemplate::from_model_dir(dir)?;
     if template.is_none() {
-        tracing::warn!("{} has no chat template: /v1/chat/completions will refuse requests", dir.display());
+        tracing::warn!(
+            "{} has no chat template: /v1/chat/completions will refuse requests",
+            dir.display()
+        );
     }
-    let folder_name = dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let name = served_name.map(str::to_string).or(folder_name).unwrap_or_else(|| "model".into());
-    Ok(ModelFiles { name, tokenizer, template })
+    let folder_name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let name = served_name
+        .map(str::to_string)
+        .or(folder_name)
+        .unwrap_or_else(|| "model".into());
+    Ok(ModelFiles {
+        name,
+        tokenizer,
+        template,
+    })
 }
 
 async fn serve(config: Config, python: String) -> Result<(), String> {
@@ -71,7 +90,9 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     let model_dir = config.model.clone().ok_or("no --model given")?;
     let files = load_model_files(&model_dir, config.served_model_name.as_deref())?;
     let address = format!("{}:{}", config.host, config.port);
-    let listener = TcpListener::bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+    let listener = TcpListener::bind(&address)
+        .await
+        .map_err(|e| format!("cannot listen on {address}: {e}"))?;
 
     let spec = LaunchSpec {
         python,
@@ -89,7 +110,12 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         local.push(worker);
         clients.push(client);
     }
-    clients.extend(config.remote_workers.iter().map(|a| WorkerClient::connect(a)));
+    clients.extend(
+        config
+            .remote_workers
+            .iter()
+            .map(|a| WorkerClient::connect(a)),
+    );
 
     let started = tokio::select! {
         ready = wait_all_ready(&clients, config.ready_timeout()) => ready,
@@ -114,7 +140,12 @@ async fn wait_all_ready(clients: &[WorkerClient], timeout: Duration) -> Result<u
     Ok(max_context)
 }
 
-async fn serve_http(listener: TcpListener, files: ModelFiles, workers: Vec<WorkerClient>, max_context: u32) -> Result<(), String> {
+async fn serve_http(
+    listener: TcpListener,
+    files: ModelFiles,
+    workers: Vec<WorkerClient>,
+    max_context: u32,
+) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_name: files.name,
         tokenizer: files.tokenizer,
@@ -124,7 +155,10 @@ async fn serve_http(listener: TcpListener, files: ModelFiles, workers: Vec<Worke
         max_context,
         started: unix_now(),
     });
-    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     tracing::info!(model = %state.model_name, max_context, "serving on http://{address}");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
@@ -136,14 +170,23 @@ async fn serve_http(listener: TcpListener, files: ModelFiles, workers: Vec<Worke
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     if tokio::time::timeout(DRAIN, server).await.is_err() {
-        tracing::warn!("open requests did not finish within {} s; closing them", DRAIN.as_secs());
+        tracing::warn!(
+            "open requests did not finish within {} s; closing them",
+            DRAIN.as_secs()
+        );
     }
     Ok(())
 }
 
 async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
     // Remote workers keep running: they were started elsewhere and may serve other routers.
-    join_all(local.into_iter().zip(clients).map(|(worker, client)| worker.stop(client))).await;
+    join_all(
+        local
+            .into_iter()
+            .zip(clients)
+            .map(|(worker, client)| worker.stop(client)),
+    )
+    .await;
 }
 
 async fn shutdown_signal() {
@@ -184,9 +227,12 @@ mod tests {
 
     #[test]
     fn a_missing_model_folder_fails_startup_with_one_line() {
-        let config = Config::try_parse_from(["r", "--model", "/nonexistent/model", "--port", "0"]).unwrap();
+        let config =
+            Config::try_parse_from(["r", "--model", "/nonexistent/model", "--port", "0"]).unwrap();
         assert_eq!(run(config, "python3".into()), 1);
-        let err = load_model_files(Path::new("/nonexistent/model"), None).err().unwrap();
+        let err = load_model_files(Path::new("/nonexistent/model"), None)
+            .err()
+            .unwrap();
         assert_eq!(err, "--model /nonexistent/model is not a folder");
     }
 
@@ -197,6 +243,9 @@ mod tests {
         let model = tiny_model_dir().display().to_string();
         let config = Config::try_parse_from(["r", "--model", &model, "--port", &port]).unwrap();
         let err = serve(config, "python3".into()).await.unwrap_err();
-        assert!(err.starts_with(&format!("cannot listen on 127.0.0.1:{port}")), "{err}");
+        assert!(
+            err.starts_with(&format!("cannot listen on 127.0.0.1:{port}")),
+            "{err}"
+        );
     }
 }

@@ -33,7 +33,10 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn chat_completions(State(state): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+async fn chat_completions(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let (req, common) = parse_body::<ChatRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = chat::endpoint_params(&req)?;
@@ -48,7 +51,10 @@ async fn chat_completions(State(state): State<AppState>, JsonBody(body): JsonBod
     respond(generation, format, params.stream, params.include_usage).await
 }
 
-async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+async fn completions(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let (req, common) = parse_body::<CompletionRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = completions::endpoint_params(&req)?;
@@ -109,9 +115,18 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
         let is_json = content_type
-            .map(|ct| ct.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+            .map(|ct| {
+                ct.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("application/json")
+            })
             .unwrap_or(false);
         if !is_json {
             return Err(ApiError::bad_request(format!(
@@ -121,10 +136,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         }
         match Bytes::from_request(req, state).await {
             Ok(bytes) => Ok(Self(bytes)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::PayloadTooLarge(format!(
-                "the body is larger than {} MiB",
-                MAX_BODY_BYTES >> 20
-            ))),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::PayloadTooLarge(format!(
+                    "the body is larger than {} MiB",
+                    MAX_BODY_BYTES >> 20
+                )))
+            }
             Err(e) => Err(ApiError::bad_request(format!("cannot read the body: {e}"))),
         }
     }

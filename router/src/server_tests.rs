@@ -31,7 +31,13 @@ impl Setup {
     async fn new(stall: bool, worker_context: u32, router_context: u32) -> Self {
         let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
         let reply = files.tokenizer.encode_blocking(ANSWER, false);
-        let fake = FakeWorker::start(FakeScript { reply, eos: EOS, max_context: worker_context, stall }).await;
+        let fake = FakeWorker::start(FakeScript {
+            reply,
+            eos: EOS,
+            max_context: worker_context,
+            stall,
+        })
+        .await;
         let client = WorkerClient::connect(&fake.address);
         wait_ready(&client, Duration::from_secs(10)).await.unwrap();
         let state = AppState::new(Shared {
@@ -70,12 +76,18 @@ impl Setup {
 }
 
 fn post(path: &str, body: Value) -> Request<Body> {
-    Request::post(path).header("content-type", "application/json").body(Body::from(body.to_string())).unwrap()
+    Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
 }
 
 fn chat(extra: Value) -> Request<Body> {
-    let mut body = json!({"model": "tiny", "messages": [{"role": "user", "content": "Capital of France?"}]});
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let mut body =
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "Capital of France?"}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     post("/v1/chat/completions", body)
 }
 
@@ -88,12 +100,18 @@ async fn send(app: Router, req: Request<Body>) -> (StatusCode, String) {
 
 async fn send_json(app: Router, req: Request<Body>) -> (StatusCode, Value) {
     let (status, text) = send(app, req).await;
-    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")),
+    )
 }
 
 /// The `data:` payloads of an SSE body.
 fn sse_events(body: &str) -> Vec<String> {
-    body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_string).collect()
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
 }
 
 #[tokio::test]
@@ -105,12 +123,19 @@ async fn chat_completion_answers_in_openai_shape() {
     assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(body["model"], "tiny");
     let choice = &body["choices"][0];
-    assert_eq!(choice["message"], json!({"role": "assistant", "content": ANSWER}));
+    assert_eq!(
+        choice["message"],
+        json!({"role": "assistant", "content": ANSWER})
+    );
     assert_eq!(choice["finish_reason"], "stop");
     assert!(choice["logprobs"].is_null());
     let answer_tokens = s.state.tokenizer.encode_blocking(ANSWER, false).len() as u64;
     let usage = &body["usage"];
-    assert_eq!(usage["completion_tokens"], answer_tokens + 1, "the answer plus EOS");
+    assert_eq!(
+        usage["completion_tokens"],
+        answer_tokens + 1,
+        "the answer plus EOS"
+    );
     let total = usage["prompt_tokens"].as_u64().unwrap() + answer_tokens + 1;
     assert_eq!(usage["total_tokens"], total);
     assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 3);
@@ -127,10 +152,18 @@ async fn chat_stream_has_role_content_finish_usage_done() {
     assert_eq!(status, StatusCode::OK);
     let events = sse_events(&body);
     assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
-    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(text, ANSWER);
     let finish = &chunks[chunks.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
@@ -142,13 +175,19 @@ async fn chat_stream_has_role_content_finish_usage_done() {
 #[tokio::test]
 async fn completions_stop_at_max_tokens() {
     let s = Setup::normal().await;
-    let req = post("/v1/completions", json!({"model": "tiny", "prompt": "The", "max_tokens": 3}));
+    let req = post(
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": "The", "max_tokens": 3}),
+    );
     let (status, body) = send_json(s.app(), req).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["object"], "text_completion");
     assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
     let reply = s.state.tokenizer.encode_blocking(ANSWER, false);
-    assert_eq!(body["choices"][0]["text"], s.state.tokenizer.decode(&reply[..3]));
+    assert_eq!(
+        body["choices"][0]["text"],
+        s.state.tokenizer.decode(&reply[..3])
+    );
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert_eq!(body["usage"]["completion_tokens"], 3);
     let sampling = s.fake.log.lock().unwrap().generated[0].2.clone();
@@ -174,7 +213,11 @@ async fn streamed_stop_string_matches_across_tokens() {
     let text: String = events[..events.len() - 1]
         .iter()
         .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
     assert_eq!(text, "The capital of France ");
 }
@@ -182,9 +225,15 @@ async fn streamed_stop_string_matches_across_tokens() {
 #[tokio::test]
 async fn logprobs_come_back_in_chat_shape() {
     let s = Setup::normal().await;
-    let (status, body) = send_json(s.app(), chat(json!({"logprobs": true, "top_logprobs": 2, "max_tokens": 2}))).await;
+    let (status, body) = send_json(
+        s.app(),
+        chat(json!({"logprobs": true, "top_logprobs": 2, "max_tokens": 2})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let content = body["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let content = body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
     assert_eq!(content.len(), 2);
     assert_eq!(content[0]["logprob"], -0.5);
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
@@ -197,7 +246,8 @@ async fn client_disconnect_aborts_the_request() {
     let s = Setup::new(true, 256, 256).await;
     let app = s.app();
     let task = tokio::spawn(async move { app.oneshot(chat(json!({"stream": true}))).await });
-    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty()).await;
+    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
+        .await;
     task.abort();
     let rid = s.fake.log.lock().unwrap().generated[0].0;
     s.wait_for(|s| s.aborted() == [rid]).await;
@@ -207,16 +257,34 @@ async fn client_disconnect_aborts_the_request() {
 #[tokio::test]
 async fn a_dead_worker_fails_its_requests_and_health() {
     let s = Setup::new(true, 256, 256).await;
-    let (status, _) = send(s.app(), Request::get("/health").body(Body::empty()).unwrap()).await;
+    let (status, _) = send(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let app = s.app();
     let pending = tokio::spawn(async move { send_json(app, chat(json!({}))).await });
-    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty()).await;
+    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
+        .await;
     s.fake.kill();
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), pending).await.unwrap().unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("disconnected"), "{body}");
-    let (status, body) = send_json(s.app(), Request::get("/health").body(Body::empty()).unwrap()).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disconnected"),
+        "{body}"
+    );
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["workers"][0]["status"], "dead");
     let (status, _) = send(s.app(), chat(json!({}))).await;
@@ -229,18 +297,35 @@ async fn worker_refusals_are_client_errors_before_streaming_starts() {
     let s = Setup::new(false, 16, 4096).await;
     let (status, body) = send_json(s.app(), chat(json!({"stream": true}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().starts_with("prompt has"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt has"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
 async fn models_and_health() {
     let s = Setup::normal().await;
-    let (status, body) = send_json(s.app(), Request::get("/v1/models").body(Body::empty()).unwrap()).await;
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/v1/models").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["data"][0]["id"], "tiny");
     assert_eq!(body["object"], "list");
-    let (status, body) = send_json(s.app(), Request::get("/health").body(Body::empty()).unwrap()).await;
-    assert_eq!((status, body["status"].clone()), (StatusCode::OK, json!("ok")));
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (StatusCode::OK, json!("ok"))
+    );
 }
 
 async fn error_of(s: &Setup, req: Request<Body>, expected: StatusCode) -> Value {
@@ -256,25 +341,72 @@ async fn error_of(s: &Setup, req: Request<Body>, expected: StatusCode) -> Value 
 #[tokio::test]
 async fn client_mistakes_get_openai_errors() {
     let s = Setup::new(false, 64, 64).await;
-    let e = error_of(&s, post("/v1/completions", json!({"model": "gpt-9", "prompt": "hi"})), StatusCode::NOT_FOUND).await;
+    let e = error_of(
+        &s,
+        post("/v1/completions", json!({"model": "gpt-9", "prompt": "hi"})),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     assert!(e["message"].as_str().unwrap().contains("gpt-9"));
     let e = error_of(&s, chat(json!({"best_of": 3})), StatusCode::BAD_REQUEST).await;
-    assert_eq!((e["message"].as_str().unwrap(), e["param"].as_str().unwrap()), ("unsupported parameter `best_of`", "best_of"));
+    assert_eq!(
+        (e["message"].as_str().unwrap(), e["param"].as_str().unwrap()),
+        ("unsupported parameter `best_of`", "best_of")
+    );
     let e = error_of(&s, chat(json!({"n": 2})), StatusCode::BAD_REQUEST).await;
     assert_eq!(e["param"], "n");
-    let long = post("/v1/completions", json!({"model": "tiny", "prompt": "hello ".repeat(100)}));
+    let long = post(
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": "hello ".repeat(100)}),
+    );
     let e = error_of(&s, long, StatusCode::BAD_REQUEST).await;
-    assert!(e["message"].as_str().unwrap().ends_with("the model's context is 64"), "{e}");
-    let e = error_of(&s, post("/v1/completions", json!({"model": "tiny", "prompt": "hi", "max_tokens": 64})), StatusCode::BAD_REQUEST).await;
-    assert!(e["message"].as_str().unwrap().contains("context of 64"), "{e}");
-    let bad_json = Request::post("/v1/chat/completions").header("content-type", "application/json").body(Body::from("{\"model\": ")).unwrap();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("the model's context is 64"),
+        "{e}"
+    );
+    let e = error_of(
+        &s,
+        post(
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "hi", "max_tokens": 64}),
+        ),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("context of 64"),
+        "{e}"
+    );
+    let bad_json = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from("{\"model\": "))
+        .unwrap();
     error_of(&s, bad_json, StatusCode::BAD_REQUEST).await;
-    let form = Request::post("/v1/completions").header("content-type", "text/plain").body(Body::from("{}")).unwrap();
+    let form = Request::post("/v1/completions")
+        .header("content-type", "text/plain")
+        .body(Body::from("{}"))
+        .unwrap();
     error_of(&s, form, StatusCode::BAD_REQUEST).await;
-    let huge = Request::post("/v1/completions").header("content-type", "application/json").body(Body::from(vec![b' '; 5 << 20])).unwrap();
+    let huge = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(vec![b' '; 5 << 20]))
+        .unwrap();
     error_of(&s, huge, StatusCode::PAYLOAD_TOO_LARGE).await;
-    error_of(&s, Request::get("/v1/nope").body(Body::empty()).unwrap(), StatusCode::NOT_FOUND).await;
-    error_of(&s, Request::get("/v1/completions").body(Body::empty()).unwrap(), StatusCode::METHOD_NOT_ALLOWED).await;
+    error_of(
+        &s,
+        Request::get("/v1/nope").body(Body::empty()).unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    error_of(
+        &s,
+        Request::get("/v1/completions").body(Body::empty()).unwrap(),
+        StatusCode::METHOD_NOT_ALLOWED,
+    )
+    .await;
     // Nothing above reached the worker.
     assert!(s.fake.log.lock().unwrap().generated.is_empty());
 }
@@ -295,5 +427,8 @@ async fn chat_without_a_template_is_a_400() {
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(body["error"]["message"].as_str().unwrap().contains("no chat template"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no chat template"));
 }

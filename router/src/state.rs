@@ -27,7 +27,9 @@ pub struct Shared {
 
 impl AppState {
     pub fn new(shared: Shared) -> Self {
-        Self { inner: Arc::new(shared) }
+        Self {
+            inner: Arc::new(shared),
+        }
     }
 
     pub fn check_model(&self, model: &str) -> Result<(), ApiError> {

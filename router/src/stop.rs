@@ -23,7 +23,10 @@ pub struct StopOutcome {
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
         let stops = stops.into_iter().filter(|s| !s.is_empty()).collect();
-        Self { stops, pending: String::new() }
+        Self {
+            stops,
+            pending: String::new(),
+        }
     }
 
     pub fn push(&mut self, piece: &str) -> StopOutcome {
@@ -31,12 +34,18 @@ impl StopMatcher {
         if let Some(at) = self.first_match() {
             let text = self.pending[..at].to_string();
             self.pending.clear();
-            return StopOutcome { text, stopped: true };
+            return StopOutcome {
+                text,
+                stopped: true,
+            };
         }
         let keep = self.partial_match_len();
         let text = self.pending[..self.pending.len() - keep].to_string();
         self.pending.drain(..self.pending.len() - keep);
-        StopOutcome { text, stopped: false }
+        StopOutcome {
+            text,
+            stopped: false,
+        }
     }
 
     /// The request ended without a stop string: whatever was held back is shown after all.
@@ -45,7 +54,10 @@ impl StopMatcher {
     }
 
     fn first_match(&self) -> Option<usize> {
-        self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min()
+        self.stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
     }
 
     /// Length of the longest suffix of `pending` that is a proper prefix of a stop string.
@@ -86,12 +98,21 @@ mod tests {
     #[test]
     fn no_stops_passes_everything_through() {
         let mut m = StopMatcher::new(vec![]);
-        assert_eq!(m.push("abc"), StopOutcome { text: "abc".into(), stopped: false });
+        assert_eq!(
+            m.push("abc"),
+            StopOutcome {
+                text: "abc".into(),
+                stopped: false
+            }
+        );
     }
 
     #[test]
     fn matches_across_pieces_and_drops_the_rest() {
-        assert_eq!(run(&["STOP"], &["Hello S", "TO", "P world"]), ("Hello ".into(), true));
+        assert_eq!(
+            run(&["STOP"], &["Hello S", "TO", "P world"]),
+            ("Hello ".into(), true)
+        );
     }
 
     #[test]
@@ -108,7 +129,10 @@ mod tests {
 
     #[test]
     fn earliest_of_several_stops_wins() {
-        assert_eq!(run(&["world", "lo"], &["Hello world"]), ("Hel".into(), true));
+        assert_eq!(
+            run(&["world", "lo"], &["Hello world"]),
+            ("Hel".into(), true)
+        );
     }
 
     #[test]

@@ -15,12 +15,18 @@ impl Tokenizer {
     pub fn from_file(path: &Path) -> Result<Self, String> {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
-        Ok(Self { inner: Arc::new(inner) })
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Chat prompts come out of the template with their special tokens already in place, so
     /// they are encoded with `add_special_tokens = false`; plain completions with `true`.
-    pub async fn encode(&self, text: String, add_special_tokens: bool) -> Result<Vec<u32>, ApiError> {
+    pub async fn encode(
+        &self,
+        text: String,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, ApiError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.encode_fast(text, add_special_tokens))
             .await
@@ -79,7 +85,10 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn special_tokens_are_recognised_and_skipped_in_decode() {
         let tok = tiny();
-        let ids = tok.encode("<|im_start|>user\nhi<|im_end|>".into(), false).await.unwrap();
+        let ids = tok
+            .encode("<|im_start|>user\nhi<|im_end|>".into(), false)
+            .await
+            .unwrap();
         assert_eq!(ids[0], 1);
         assert_eq!(ids.last(), Some(&2));
         assert_eq!(tok.decode(&ids), "user\nhi");
@@ -88,7 +97,12 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_file_is_a_clear_error() {
-        let err = Tokenizer::from_file(Path::new("/nonexistent/tokenizer.json")).err().unwrap();
-        assert!(err.starts_with("cannot load /nonexistent/tokenizer.json"), "{err}");
+        let err = Tokenizer::from_file(Path::new("/nonexistent/tokenizer.json"))
+            .err()
+            .unwrap();
+        assert!(
+            err.starts_with("cannot load /nonexistent/tokenizer.json"),
+            "{err}"
+        );
     }
 }

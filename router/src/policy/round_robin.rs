@@ -32,7 +32,9 @@ mod tests {
     #[test]
     fn cycles_over_ready_workers() {
         let rr = RoundRobin::default();
-        let picks: Vec<_> = (0..4).map(|_| rr.pick_among(&[true, true]).unwrap()).collect();
+        let picks: Vec<_> = (0..4)
+            .map(|_| rr.pick_among(&[true, true]).unwrap())
+            .collect();
         assert_eq!(picks, [0, 1, 0, 1]);
     }
 

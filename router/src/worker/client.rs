@@ -111,23 +111,41 @@ impl WorkerClient {
     }
 
     /// Sends `generate`; the returned stream yields its outputs and aborts it when dropped early.
-    pub fn submit(&self, input_ids: Vec<u32>, sampling: Sampling) -> Result<RequestStream, ApiError> {
+    pub fn submit(
+        &self,
+        input_ids: Vec<u32>,
+        sampling: Sampling,
+    ) -> Result<RequestStream, ApiError> {
         let rid = next_rid();
         let (tx, rx) = mpsc::unbounded_channel();
         {
             let mut requests = self.inner.requests.lock().unwrap();
             if requests.closed || !self.is_ready() {
-                return Err(ApiError::Unavailable(format!("worker {} is not ready", self.address())));
+                return Err(ApiError::Unavailable(format!(
+                    "worker {} is not ready",
+                    self.address()
+                )));
             }
             requests.senders.insert(rid, tx);
         }
-        self.inner.send(RouterMsg::Generate { rid, input_ids, sampling });
+        self.inner.send(RouterMsg::Generate {
+            rid,
+            input_ids,
+            sampling,
+        });
         Ok(RequestStream::new(rid, rx, self.clone()))
     }
 
     /// Forgets `rid` and tells the worker to free it (after a stop string, or a client gone).
     pub fn abort(&self, rid: u64) {
-        let was_live = self.inner.requests.lock().unwrap().senders.remove(&rid).is_some();
+        let was_live = self
+            .inner
+            .requests
+            .lock()
+            .unwrap()
+            .senders
+            .remove(&rid)
+            .is_some();
         if was_live {
             self.inner.send(RouterMsg::Abort { rid });
         }
@@ -181,7 +199,8 @@ impl Inner {
             } else {
                 tracing::error!(worker = %self.address, "{reason}");
             }
-            self.state.send_replace(WorkerState::Dead(reason.to_string()));
+            self.state
+                .send_replace(WorkerState::Dead(reason.to_string()));
         }
         for tx in senders.into_values() {
             let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
@@ -264,6 +283,9 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(client.submit(vec![1], Sampling::default()).is_err());
-        assert_eq!(client.wait_ready().await, Err("worker 0 exited with status 1".into()));
+        assert_eq!(
+            client.wait_ready().await,
+            Err("worker 0 exited with status 1".into())
+        );
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
-use super::protocol::{decode_frame, encode_frame, Finish, Ready, RouterMsg, Sampling, TokenOutput, WorkerMsg};
+use super::protocol::{
+    decode_frame, encode_frame, Finish, Ready, RouterMsg, Sampling, TokenOutput, WorkerMsg,
+};
 
 #[derive(Clone)]
 pub struct FakeScript {
@@ -75,7 +77,11 @@ async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<Fake
         device: "cpu".into(),
     });
     // A DEALER cannot send before a peer has connected.
-    while socket.send(ZmqMessage::from(encode_frame(&[ready.clone()]))).await.is_err() {
+    while socket
+        .send(ZmqMessage::from(encode_frame(std::slice::from_ref(&ready))))
+        .await
+        .is_err()
+    {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut running: BTreeMap<u64, Running> = BTreeMap::new();
@@ -85,13 +91,34 @@ async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<Fake
         if let Ok(Ok(message)) = incoming {
             for msg in decode_frame::<RouterMsg>(&message.into_vec()[0]).unwrap() {
                 match msg {
-                    RouterMsg::Generate { rid, input_ids, sampling } => {
-                        log.lock().unwrap().generated.push((rid, input_ids.clone(), sampling.clone()));
+                    RouterMsg::Generate {
+                        rid,
+                        input_ids,
+                        sampling,
+                    } => {
+                        log.lock().unwrap().generated.push((
+                            rid,
+                            input_ids.clone(),
+                            sampling.clone(),
+                        ));
                         if input_ids.len() as u32 > script.max_context {
-                            let message = format!("prompt has {} tokens; the context is {}", input_ids.len(), script.max_context);
-                            replies.push(WorkerMsg::Error { rid: Some(rid), message });
+                            let message = format!(
+                                "prompt has {} tokens; the context is {}",
+                                input_ids.len(),
+                                script.max_context
+                            );
+                            replies.push(WorkerMsg::Error {
+                                rid: Some(rid),
+                                message,
+                            });
                         } else {
-                            running.insert(rid, Running { sampling, produced: 0 });
+                            running.insert(
+                                rid,
+                                Running {
+                                    sampling,
+                                    produced: 0,
+                                },
+                            );
                         }
                     }
                     RouterMsg::Abort { rid } => {
@@ -103,10 +130,15 @@ async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<Fake
             }
         }
         if !script.stall && !running.is_empty() {
-            replies.push(WorkerMsg::Step { outputs: step(&script, &mut running) });
+            replies.push(WorkerMsg::Step {
+                outputs: step(&script, &mut running),
+            });
         }
         if !replies.is_empty() {
-            socket.send(ZmqMessage::from(encode_frame(&replies))).await.unwrap();
+            socket
+                .send(ZmqMessage::from(encode_frame(&replies)))
+                .await
+                .unwrap();
         }
     }
 }
@@ -122,7 +154,9 @@ fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenO
             None => (script.eos, Some(Finish::Stop)),
         };
         let logprobs = req.sampling.logprobs;
-        let top = (0..req.sampling.top_logprobs).map(|k| (token + k, -0.5 - k as f64)).collect();
+        let top = (0..req.sampling.top_logprobs)
+            .map(|k| (token + k, -0.5 - k as f64))
+            .collect();
         outputs.push(TokenOutput {
             rid,
             token,

@@ -43,8 +43,16 @@ impl LaunchSpec {
 
     fn command(&self, index: usize, address: &str) -> Command {
         let mut cmd = Command::new(&self.python);
-        cmd.args(["-m", "minisgl_worker", "--model"]).arg(&self.model);
-        cmd.args(["--listen", address, "--device", &self.device, "--dtype", &self.dtype]);
+        cmd.args(["-m", "minisgl_worker", "--model"])
+            .arg(&self.model);
+        cmd.args([
+            "--listen",
+            address,
+            "--device",
+            &self.device,
+            "--dtype",
+            &self.dtype,
+        ]);
         if let Some(page_size) = self.page_size {
             cmd.args(["--page-size", &page_size.to_string()]);
         }
@@ -55,7 +63,9 @@ impl LaunchSpec {
         if let Some(gpu) = self.gpu_for(index) {
             cmd.env("CUDA_VISIBLE_DEVICES", gpu);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
         cmd.kill_on_drop(true);
         cmd
     }
@@ -65,7 +75,9 @@ impl LaunchSpec {
         if self.count < 2 || self.device == "cpu" {
             return None;
         }
-        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok().filter(|v| !v.is_empty());
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES")
+            .ok()
+            .filter(|v| !v.is_empty());
         let gpus: Vec<String> = match visible {
             Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
             None => (0..self.count).map(|i| i.to_string()).collect(),
@@ -88,15 +100,28 @@ impl LocalWorker {
         let (exited_tx, exited) = watch::channel(false);
         let (kill, kill_rx) = oneshot::channel();
         tokio::spawn(supervise(index, child, client.clone(), kill_rx, exited_tx));
-        Ok((Self { index, socket_path, exited, kill: Some(kill) }, client))
+        Ok((
+            Self {
+                index,
+                socket_path,
+                exited,
+                kill: Some(kill),
+            },
+            client,
+        ))
     }
 
     /// Asks the worker to exit, kills it after a grace period, removes its socket file.
     pub async fn stop(mut self, client: &WorkerClient) {
         client.shutdown();
-        let exited = tokio::time::timeout(SHUTDOWN_GRACE, self.exited.wait_for(|e| *e)).await.is_ok();
+        let exited = tokio::time::timeout(SHUTDOWN_GRACE, self.exited.wait_for(|e| *e))
+            .await
+            .is_ok();
         if !exited {
-            tracing::warn!(index = self.index, "worker did not exit after shutdown; killing it");
+            tracing::warn!(
+                index = self.index,
+                "worker did not exit after shutdown; killing it"
+            );
             if let Some(kill) = self.kill.take() {
                 let _ = kill.send(());
             }
@@ -134,7 +159,11 @@ async fn supervise(
         Ok(s) => s.to_string(),
         Err(e) => format!("unknown status ({e})"),
     };
-    let when = if client.is_ready() { "" } else { " before it was ready" };
+    let when = if client.is_ready() {
+        ""
+    } else {
+        " before it was ready"
+    };
     client.fail(&format!("worker {index} exited{when} ({status})"));
     let _ = exited.send(true);
 }
@@ -171,11 +200,27 @@ mod tests {
     fn command_line_carries_the_worker_flags() {
         let s = spec("python3", 1, "cpu");
         let cmd = s.command(0, "ipc:///tmp/x.sock");
-        let args: Vec<_> = cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<_> = cmd
+            .as_std()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(
             args,
-            ["-m", "minisgl_worker", "--model", "/models/m", "--listen", "ipc:///tmp/x.sock",
-             "--device", "cpu", "--dtype", "auto", "--page-size", "16"]
+            [
+                "-m",
+                "minisgl_worker",
+                "--model",
+                "/models/m",
+                "--listen",
+                "ipc:///tmp/x.sock",
+                "--device",
+                "cpu",
+                "--dtype",
+                "auto",
+                "--page-size",
+                "16"
+            ]
         );
     }
 
@@ -192,7 +237,9 @@ mod tests {
     async fn a_worker_that_dies_before_ready_fails_startup_with_its_status() {
         // `false` ignores its arguments and exits 1 at once.
         let (worker, client) = LocalWorker::spawn(&spec("false", 1, "cpu"), 0).unwrap();
-        let err = wait_ready(&client, Duration::from_secs(10)).await.unwrap_err();
+        let err = wait_ready(&client, Duration::from_secs(10))
+            .await
+            .unwrap_err();
         assert!(err.contains("worker 0 exited before it was ready"), "{err}");
         assert!(err.contains("exit status: 1"), "{err}");
         worker.stop(&client).await;
@@ -200,9 +247,17 @@ mod tests {
 
     #[test]
     fn a_missing_python_is_a_clear_error() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let _guard = rt.enter();
-        let err = LocalWorker::spawn(&spec("/nonexistent/python", 1, "cpu"), 0).err().unwrap();
-        assert!(err.starts_with("cannot start worker 0 with /nonexistent/python"), "{err}");
+        let err = LocalWorker::spawn(&spec("/nonexistent/python", 1, "cpu"), 0)
+            .err()
+            .unwrap();
+        assert!(
+            err.starts_with("cannot start worker 0 with /nonexistent/python"),
+            "{err}"
+        );
     }
 }

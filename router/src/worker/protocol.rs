@@ -140,8 +140,7 @@ pub fn decode_frame<M: DeserializeOwned>(data: &[u8]) -> Result<Vec<M>, String> 
             version.v
         ));
     }
-    let frame: Frame<M> =
-        rmp_serde::from_slice(data).map_err(|e| format!("bad frame: {e}"))?;
+    let frame: Frame<M> = rmp_serde::from_slice(data).map_err(|e| format!("bad frame: {e}"))?;
     Ok(frame.msgs)
 }
 
@@ -176,8 +175,16 @@ mod tests {
             top_logprobs: 3,
         };
         vec![
-            RouterMsg::Generate { rid: 7, input_ids: vec![1, 2, 300, 70000], sampling },
-            RouterMsg::Generate { rid: 1 << 40, input_ids: vec![5], sampling: Sampling::default() },
+            RouterMsg::Generate {
+                rid: 7,
+                input_ids: vec![1, 2, 300, 70000],
+                sampling,
+            },
+            RouterMsg::Generate {
+                rid: 1 << 40,
+                input_ids: vec![5],
+                sampling: Sampling::default(),
+            },
             RouterMsg::Abort { rid: 7 },
             RouterMsg::Shutdown,
         ]
@@ -219,7 +226,10 @@ mod tests {
                 rid: Some(9),
                 message: "prompt has 9000 tokens; the context is 8192".into(),
             },
-            WorkerMsg::Error { rid: None, message: "frame version must be 1; got 2".into() },
+            WorkerMsg::Error {
+                rid: None,
+                message: "frame version must be 1; got 2".into(),
+            },
             WorkerMsg::Load(Load {
                 waiting: 3,
                 running: 64,

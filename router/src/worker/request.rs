@@ -14,8 +14,17 @@ pub struct RequestStream {
 }
 
 impl RequestStream {
-    pub(super) fn new(rid: u64, events: mpsc::UnboundedReceiver<Event>, client: WorkerClient) -> Self {
-        Self { rid, events, client, finished: false }
+    pub(super) fn new(
+        rid: u64,
+        events: mpsc::UnboundedReceiver<Event>,
+        client: WorkerClient,
+    ) -> Self {
+        Self {
+            rid,
+            events,
+            client,
+            finished: false,
+        }
     }
 
     pub fn rid(&self) -> u64 {

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use zeromq::{DealerRecvHalf, DealerSendHalf, DealerSocket, Socket, SocketEvent, SocketRecv, SocketSend, ZmqMessage};
+use zeromq::{
+    DealerRecvHalf, DealerSendHalf, DealerSocket, Socket, SocketEvent, SocketRecv, SocketSend,
+    ZmqMessage,
+};
 
 use super::client::Inner;
 use super::protocol::{decode_frame, encode_frame, RouterMsg, WorkerMsg};
@@ -80,7 +83,10 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
             inner.set_ready(ready);
         }
         WorkerMsg::Step { outputs } => inner.dispatch(outputs),
-        WorkerMsg::Error { rid: Some(rid), message } => inner.fail_request(rid, message),
+        WorkerMsg::Error {
+            rid: Some(rid),
+            message,
+        } => inner.fail_request(rid, message),
         WorkerMsg::Error { rid: None, message } => {
             tracing::warn!(worker = %inner.address, "worker reports: {message}")
         }
@@ -88,7 +94,10 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
     }
 }
 
-async fn watch_disconnect(inner: Arc<Inner>, mut monitor: futures::channel::mpsc::Receiver<SocketEvent>) {
+async fn watch_disconnect(
+    inner: Arc<Inner>,
+    mut monitor: futures::channel::mpsc::Receiver<SocketEvent>,
+) {
     while let Some(event) = monitor.next().await {
         if let SocketEvent::Disconnected(_) = event {
             inner.fail(&format!("worker {} disconnected", inner.address));
