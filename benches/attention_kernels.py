@@ -1,0 +1,111 @@
+"""Micro-benchmark of the FlashInfer attention kernels behind `FlashInferPagedAttention`.
+
+- decode: achieved KV bandwidth (bytes of K and V read once / median kernel time) at batch
+  64 and 256 x 1024 tokens, per page size, for the Qwen3-0.6B head layout (16 q / 8 kv heads,
+  head_dim 128; CUDA cores) and Llama-3.1-8B (32 / 8; tensor cores). The floor is the HBM
+  copy bandwidth (~4.3 TB/s measured on the H200).
+- prefill: TFLOP/s (4 * Hq * D per causal (query, key) pair) of FA2 vs FA3, fresh prompts
+  and chunks after a cached prefix, to choose `prefill_backend`.
+- plan: host time of one decode plan at batch 256 (the CPU cost per scheduler step).
+
+Times are CUDA-event medians (triton's do_bench). Usage: python benches/attention_kernels.py
+(writes $OUT/bench.json when OUT is set; prints a table last)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+from minisgl_worker.attention.flashinfer_backend import FlashInferPagedAttention, PagedKVMeta
+from triton.testing import do_bench
+
+DEV = torch.device("cuda")
+BF16 = torch.bfloat16
+LAYOUTS = {"qwen3-0.6b": (16, 8, 128), "llama-3.1-8b": (32, 8, 128)}
+
+
+def _meta(q_lens: list[int], kv_lens: list[int], page_size: int) -> PagedKVMeta:
+    """Requests on contiguous runs of a shuffled page pool (what a warm allocator gives)."""
+    pages = [-(-n // page_size) for n in kv_lens]
+    perm = torch.randperm(sum(pages), dtype=torch.int32)
+    indptr = torch.tensor([0] + pages, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    qo = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    last = torch.tensor([n - (p - 1) * page_size for n, p in zip(kv_lens, pages)],
+                        dtype=torch.int32)
+    return PagedKVMeta(qo, indptr, perm.to(DEV), last)
+
+
+def _setup(layout: str, page_size: int, q_lens: list[int], kv_lens: list[int],
+           backend: str = "auto",
+           ) -> tuple[FlashInferPagedAttention, torch.Tensor, torch.Tensor, torch.Tensor]:
+    hq, hkv, d = LAYOUTS[layout]
+    meta = _meta(q_lens, kv_lens, page_size)
+    num_pages = int(meta.kv_indptr[-1])
+    k = torch.randn(num_pages, page_size, hkv, d, device=DEV, dtype=BF16)
+    v = torch.randn_like(k)
+    attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV,
+                                    prefill_backend=backend)  # type: ignore[arg-type]
+    attn.plan(*meta)
+    q = torch.randn(sum(q_lens), hq, d, device=DEV, dtype=BF16)
+    return attn, q, k, v
+
+
+def bench_decode(layout: str, batch: int, kv_len: int, page_size: int) -> dict[str, object]:
+    attn, q, k, v = _setup(layout, page_size, [1] * batch, [kv_len] * batch)
+    ms = do_bench(lambda: attn.run(q, k, v), warmup=25, rep=200, return_mode="median")
+    nbytes = 2 * batch * kv_len * k.shape[2] * k.shape[3] * k.element_size()
+    return {"kind": "decode", "layout": layout, "batch": batch, "kv_len": kv_len,
+            "page_size": page_size, "ms": ms, "GB/s": nbytes / ms / 1e6}
+
+
+def bench_prefill(layout: str, backend: str, reqs: int, new: int, prefix: int,
+                  page_size: int) -> dict[str, object]:
+    attn, q, k, v = _setup(layout, page_size, [new] * reqs, [prefix + new] * reqs, backend)
+    ms = do_bench(lambda: attn.run(q, k, v), warmup=25, rep=200, return_mode="median")
+    hq, _, d = LAYOUTS[layout]
+    pairs = reqs * sum(prefix + j + 1 for j in range(new))
+    return {"kind": f"prefill-{backend}", "layout": layout, "batch": reqs,
+            "kv_len": prefix + new, "new": new, "page_size": page_size, "ms": ms,
+            "TFLOP/s": 4 * hq * d * pairs / ms / 1e9}
+
+
+def bench_plan(layout: str, batch: int, kv_len: int, page_size: int) -> dict[str, object]:
+    attn, _, _, _ = _setup(layout, page_size, [1] * batch, [kv_len] * batch)
+    meta = _meta([1] * batch, [kv_len] * batch, page_size)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        attn.plan(*meta)
+    return {"kind": "plan-decode", "layout": layout, "batch": batch, "kv_len": kv_len,
+            "page_size": page_size, "ms": (time.perf_counter() - t0) / 50 * 1e3}
+
+
+def main() -> None:
+    rows = []
+    for layout in LAYOUTS:
+        for batch in (64, 256):
+            for page_size in (1, 16, 256):
+                rows.append(bench_decode(layout, batch, 1024, page_size))
+    for layout in LAYOUTS:
+        for backend in ("fa2", "fa3"):
+            for page_size in (1, 16):
+                rows.append(bench_prefill(layout, backend, 8, 1024, 0, page_size))
+                rows.append(bench_prefill(layout, backend, 4, 512, 2048, page_size))
+    rows.append(bench_plan("qwen3-0.6b", 256, 1024, 1))
+    rows.append(bench_plan("qwen3-0.6b", 256, 1024, 16))
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "bench.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"{'kind':<13} {'layout':<13} {'bs':>4} {'kv':>5} {'new':>5} {'page':>4} "
+          f"{'ms':>8} {'GB/s | TFLOP/s':>15}")
+    for r in rows:
+        rate = r.get("GB/s", r.get("TFLOP/s", ""))
+        print(f"{r['kind']:<13} {r['layout']:<13} {r['batch']:>4} {r['kv_len']:>5} "
+              f"{r.get('new', 1):>5} {r['page_size']:>4} {r['ms']:>8.3f} "
+              f"{rate if rate == '' else f'{rate:.1f}':>15}")
+
+
+if __name__ == "__main__":
+    main()

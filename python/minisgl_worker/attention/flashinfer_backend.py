@@ -1,0 +1,252 @@
+"""FlashInfer paged attention (CUDA only; flashinfer is imported lazily, never on the CPU path).
+
+Two layers:
+
+- `FlashInferPagedAttention`: the kernels. `plan(...)` once per batch with host metadata in
+  FlashInfer's CSR form (per request: its pages, and how many tokens its last page holds),
+  then `run(q, k_cache, v_cache)` per layer. A batch whose requests all extend by one token
+  runs the decode kernels (tensor cores when the GQA group is >= 4, where they win); any
+  other batch, mixed or chunked, runs the prefill kernels with a causal mask aligned to the
+  end of each request's KV, which is what a chunk after a cached prefix needs. Decode can be
+  captured in CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per padded
+  batch size, and `plan_cuda_graph` is called before capture and before every replay.
+- `FlashInferBackend`: the `BaseAttnBackend` the engine plugs in (same inputs as
+  `TorchNativeBackend`, plus the query head count).
+
+All wrappers share one float workspace and one int workspace (device + pinned host). That is
+safe because one batch runs at a time on one stream; the only hazard is the pinned host
+buffer, which a plan fills and then copies to the device asynchronously, so each plan first
+waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that wait is
+for batch N-1's kernels at most, while the CPU prepares batch N+1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+import torch
+
+from ..core import Batch, get_global_ctx
+from ..kvcache import MHAKVPool
+from .base import BaseAttnBackend
+
+if TYPE_CHECKING:
+    from flashinfer import BatchDecodeWithPagedKVCacheWrapper
+    from flashinfer.jit import JitSpec
+
+PrefillBackend = Literal["auto", "fa2", "fa3"]
+_WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-KV scratch size
+
+
+class PagedKVMeta(NamedTuple):
+    """One batch's attention metadata in FlashInfer's layout (int32)."""
+
+    qo_indptr: torch.Tensor  # (B+1,) host, query rows of request i: [qo_indptr[i], [i+1])
+    kv_indptr: torch.Tensor  # (B+1,) host, pages of request i: kv_indices[kv_indptr[i]:...]
+    kv_indices: torch.Tensor  # (P,) device, page ids
+    kv_last_page_len: torch.Tensor  # (B,) host, tokens in each request's last page, >= 1
+
+
+def paged_kv_meta(
+    page_table: torch.Tensor, rows: Sequence[int], kv_lens: Sequence[int],
+    q_lens: Sequence[int], page_size: int,
+) -> PagedKVMeta:
+    """Metadata for requests at page-table `rows` holding `kv_lens` tokens (their new ones
+    included) and extending by `q_lens`. The page table holds a slot (page * page_size +
+    offset) per position, so a page's id is the slot of its first position // page_size."""
+    pages = [-(-n // page_size) for n in kv_lens]
+    firsts = [page_table[r, : n * page_size : page_size] for r, n in zip(rows, pages)]
+    kv_indices = torch.cat(firsts).to(torch.int32)
+    if page_size > 1:
+        kv_indices = kv_indices // page_size
+    return PagedKVMeta(
+        qo_indptr=_indptr(q_lens),
+        kv_indptr=_indptr(pages),
+        kv_indices=kv_indices,
+        kv_last_page_len=torch.tensor(
+            [n - (p - 1) * page_size for n, p in zip(kv_lens, pages)], dtype=torch.int32
+        ),
+    )
+
+
+def _indptr(lens: Sequence[int]) -> torch.Tensor:
+    out = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0, out=out[1:])
+    return out
+
+
+def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device) -> str:
+    """"auto": FA3 (Hopper wgmma kernels) on SM90 for the head dims it instantiates, else FA2."""
+    if backend != "auto":
+        return backend
+    sm90 = torch.cuda.get_device_capability(device) == (9, 0)
+    return "fa3" if sm90 and head_dim in (64, 128, 256) else "fa2"
+
+
+class FlashInferPagedAttention:
+    """Paged prefill/decode attention over per-layer k/v caches shaped
+    (num_pages, page_size, num_kv_heads, head_dim) (FlashInfer's NHD layout)."""
+
+    def __init__(
+        self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+        dtype: torch.dtype, device: torch.device, *, sm_scale: float | None = None,
+        prefill_backend: PrefillBackend = "auto",
+    ) -> None:
+        import flashinfer
+
+        assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
+        self.num_qo_heads, self.num_kv_heads = num_qo_heads, num_kv_heads
+        self.head_dim, self.page_size = head_dim, page_size
+        self.dtype, self.device = dtype, torch.device(device)
+        self.sm_scale = sm_scale if sm_scale is not None else head_dim**-0.5
+        self.prefill_backend = resolve_prefill_backend(prefill_backend, head_dim, self.device)
+        self.use_tensor_cores = num_qo_heads // num_kv_heads >= 4
+        # Zeroed: FlashInfer requires a zero float workspace on first use.
+        self._float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self._float_ws, "NHD", backend=self.prefill_backend
+        )
+        self._int_ws = self._prefill._int_workspace_buffer
+        self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
+        self._decode = self._new_decode_wrapper()
+        self._graphs: dict[int, BatchDecodeWithPagedKVCacheWrapper] = {}
+        self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._active: Any = None
+        self._plan_done = torch.cuda.Event()
+        self._plan_done.record()
+
+    def _new_decode_wrapper(self, **graph_buffers: Any) -> BatchDecodeWithPagedKVCacheWrapper:
+        import flashinfer
+
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self._float_ws, "NHD", use_cuda_graph=bool(graph_buffers),
+            use_tensor_cores=self.use_tensor_cores, backend="fa2", **graph_buffers,
+        )
+        wrapper._int_workspace_buffer = self._int_ws  # share (see the module docstring)
+        wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
+        return wrapper
+
+    def plan(
+        self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+    ) -> None:
+        """Plan one batch (see `PagedKVMeta`; the indptrs and last-page lengths on the host,
+        the page ids preferably on the device). Host-side work; not capturable."""
+        batch_size = kv_last_page_len.numel()
+        self._plan_done.synchronize()
+        if int(qo_indptr[-1]) == batch_size:  # one query per request
+            self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
+        else:
+            self._prefill.plan(
+                qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
+                self.num_kv_heads, self.head_dim, self.page_size, causal=True,
+                sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+            )
+            self._active = self._prefill
+        self._plan_done.record()
+
+    def _plan_decode(
+        self, wrapper: BatchDecodeWithPagedKVCacheWrapper, kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+    ) -> None:
+        wrapper.plan(
+            kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads, self.num_kv_heads,
+            self.head_dim, self.page_size, sm_scale=self.sm_scale, q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+        )
+        self._active = wrapper
+
+    def run(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """q (T, Hq, D), row order as in the plan; k_cache/v_cache one layer's pages, with the
+        batch's new tokens already stored -> (T, Hq, D). Capturable after `plan_cuda_graph`."""
+        assert self._active is not None, "plan() a batch first"
+        return self._active.run(q, (k_cache, v_cache), out=out)
+
+    def init_cuda_graphs(self, batch_sizes: Sequence[int], max_num_pages: int) -> None:
+        """One decode wrapper per padded batch size, all reading one set of fixed buffers
+        (`max_num_pages`: the most pages a padded decode batch can reference)."""
+        assert not self._graphs, "CUDA-graph wrappers already built"
+        max_bs = max(batch_sizes)
+        self._graph_bufs = (
+            torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
+            torch.zeros(max_num_pages, dtype=torch.int32, device=self.device),
+            torch.ones(max_bs, dtype=torch.int32, device=self.device),
+        )
+        indptr, indices, last_page_len = self._graph_bufs
+        for bs in sorted(set(batch_sizes)):
+            self._graphs[bs] = self._new_decode_wrapper(
+                paged_kv_indptr_buffer=indptr[: bs + 1],
+                paged_kv_indices_buffer=indices,
+                paged_kv_last_page_len_buffer=last_page_len[:bs],
+            )
+
+    def plan_cuda_graph(
+        self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor
+    ) -> None:
+        """Plan a decode batch padded to a size given to `init_cuda_graphs` (padding
+        requests point at any valid page with length 1). Call before capturing that size and
+        before every replay of it; `run` then uses that size's wrapper."""
+        wrapper = self._graphs[kv_last_page_len.numel()]
+        self._plan_done.synchronize()
+        self._plan_decode(wrapper, kv_indptr, kv_indices, kv_last_page_len)
+        self._plan_done.record()
+
+    def jit_specs(self) -> list[JitSpec]:
+        """The FlashInfer JIT modules this configuration uses (for `build_jit`)."""
+        from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
+        from flashinfer.jit.attention import modules
+
+        args = (self.dtype, self.dtype, self.dtype, torch.int32, self.head_dim, self.head_dim,
+                0, False, False)  # no RoPE in the kernel, no window, no soft cap
+        # FA2 loads its equal-stride "primary" module (k and v caches share strides here).
+        fa2 = getattr(modules, "_gen_batch_prefill_primary_module", gen_batch_prefill_module)
+        prefill = {self.prefill_backend} | ({"fa2"} if self.use_tensor_cores else set())
+        specs = [(fa2 if b == "fa2" else gen_batch_prefill_module)(b, *args, False)
+                 for b in sorted(prefill)]
+        if not self.use_tensor_cores:
+            specs.append(gen_batch_decode_module(*args))
+        return specs
+
+
+def build_jit(specs: Sequence[JitSpec]) -> None:
+    """Compile every missing module in one ninja run, so their sources build in parallel
+    (each family alone takes 10-100 s; together they share the machine's cores)."""
+    from flashinfer.jit import build_jit_specs
+
+    unique = {spec.name: spec for spec in specs}
+    build_jit_specs(list(unique.values()), verbose=False)
+
+
+class FlashInferBackend(BaseAttnBackend):
+    """The engine's plug: `prepare_metadata` plans, `forward` stores k/v then attends."""
+
+    def __init__(
+        self, kv_pool: MHAKVPool, page_table: torch.Tensor, scale: float, num_qo_heads: int,
+        prefill_backend: PrefillBackend = "auto",
+    ) -> None:
+        num_kv_heads, head_dim = kv_pool.k.shape[3:]
+        self.kv_pool = kv_pool
+        self.page_table = page_table
+        self.attn = FlashInferPagedAttention(
+            num_qo_heads, num_kv_heads, head_dim, kv_pool.page_size, kv_pool.k.dtype,
+            kv_pool.k.device, sm_scale=scale, prefill_backend=prefill_backend,
+        )
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        meta = paged_kv_meta(
+            self.page_table, [r.table_idx for r in batch.reqs],
+            [r.device_len for r in batch.reqs], batch.extend_lens, self.kv_pool.page_size,
+        )
+        self.attn.plan(*meta)
+        batch.attn_metadata = meta
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int
+    ) -> torch.Tensor:
+        batch = get_global_ctx().batch
+        self.kv_pool.store(layer_id, batch.out_loc, k, v)
+        return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])

@@ -1,0 +1,97 @@
+"""FlashInfer fused ops vs the torch references, on fresh random bf16 data, outputs poisoned
+first so an unwritten element fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from minisgl_worker.layers import cuda_ops
+from minisgl_worker.layers.rotary import RopeScaling, RotaryEmbedding
+
+from .paged import rel_err
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda")
+BF16 = torch.bfloat16
+TOL = 1e-2
+
+
+def _rand(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device=DEV, dtype=BF16)
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 333])
+@pytest.mark.parametrize("hidden", [576, 1024, 4096])
+def test_rmsnorm(tokens: int, hidden: int) -> None:
+    x, w = _rand(tokens, hidden) * 3, _rand(hidden)
+    out = torch.full_like(x, float("nan"))
+    cuda_ops.rmsnorm(x, w, 1e-6, out=out)
+    assert rel_err(out, cuda_ops.rmsnorm_ref(x, w, 1e-6)) < TOL
+
+
+@pytest.mark.parametrize("heads,head_dim", [(16, 128), (8, 128), (3, 64)])
+def test_qk_rmsnorm_on_strided_heads(heads: int, head_dim: int) -> None:
+    """Qwen3's per-head q/k norm runs on a view into the fused qkv output."""
+    qkv = _rand(50, (heads + 4) * head_dim)
+    x = qkv[:, : heads * head_dim].view(50, heads, head_dim)
+    w = _rand(head_dim)
+    out = torch.full_like(x, float("nan"))
+    cuda_ops.rmsnorm(x, w, 1e-6, out=out)
+    assert rel_err(out, cuda_ops.rmsnorm_ref(x, w, 1e-6)) < TOL
+
+
+@pytest.mark.parametrize("tokens,hidden", [(1, 576), (64, 1024), (300, 4096)])
+def test_fused_add_rmsnorm_in_place(tokens: int, hidden: int) -> None:
+    x, res, w = _rand(tokens, hidden), _rand(tokens, hidden), _rand(hidden)
+    ref_out, ref_sum = cuda_ops.fused_add_rmsnorm_ref(x, res, w, 1e-5)
+    cuda_ops.fused_add_rmsnorm(x, res, w, 1e-5)
+    assert rel_err(res, ref_sum) < TOL
+    assert rel_err(x, ref_out) < TOL
+
+
+@pytest.mark.parametrize("tokens,inter", [(1, 1536), (77, 3072), (256, 14336)])
+def test_silu_and_mul(tokens: int, inter: int) -> None:
+    x = _rand(tokens, 2 * inter)
+    out = torch.full((tokens, inter), float("nan"), device=DEV, dtype=BF16)
+    cuda_ops.silu_and_mul(x, out=out)
+    assert rel_err(out, cuda_ops.silu_and_mul_ref(x)) < TOL
+
+
+@pytest.mark.parametrize(
+    "hq,hkv,d,theta,scaling",
+    [
+        (16, 8, 128, 1e6, RopeScaling()),  # Qwen3-0.6B
+        (32, 8, 128, 5e5, RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)),  # Llama-3.1-8B
+        (9, 3, 64, 1e5, RopeScaling()),  # SmolLM2-135M
+    ],
+)
+@pytest.mark.parametrize("pos_dtype", [torch.int64, torch.int32])
+def test_rope_in_place_on_fused_qkv(
+    hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, pos_dtype: torch.dtype
+) -> None:
+    rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
+    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
+    tokens = 123
+    qkv = _rand(tokens, (hq + 2 * hkv) * d)
+    q = qkv[:, : hq * d].view(tokens, hq, d)
+    k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
+    v_before = qkv[:, (hq + hkv) * d :].clone()
+    pos = torch.randint(0, 32768, (tokens,), device=DEV, dtype=pos_dtype)
+    ref_q = cuda_ops.rope_ref(pos, q, rope.cos, rope.sin)
+    ref_k = cuda_ops.rope_ref(pos, k, rope.cos, rope.sin)
+    layer_q, layer_k = rope(pos.long(), q, k)  # the reference is the torch layer's math
+    assert torch.equal(layer_q, ref_q) and torch.equal(layer_k, ref_k)
+    cuda_ops.apply_rope_inplace(pos, q, k, cache)
+    assert rel_err(q, ref_q) < TOL and rel_err(k, ref_k) < TOL
+    assert torch.equal(qkv[:, (hq + hkv) * d :], v_before)  # v untouched
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_store_kv(page_size: int) -> None:
+    k_cache = torch.zeros(64, page_size, 8, 128, device=DEV, dtype=BF16)
+    v_cache = torch.zeros_like(k_cache)
+    loc = torch.randperm(64 * page_size, device=DEV)[:100]
+    k, v = _rand(100, 8, 128), _rand(100, 8, 128)
+    cuda_ops.store_kv(k_cache, v_cache, loc, k, v)
+    assert torch.equal(k_cache.view(-1, 8, 128)[loc], k)
+    assert torch.equal(v_cache.view(-1, 8, 128)[loc], v)

@@ -1,0 +1,178 @@
+"""FlashInfer paged prefill/decode vs a float32 reference over the same paged cache gathered
+by indices, for the real head layouts and several page sizes; CUDA-graph replay vs eager; and
+the engine-facing `FlashInferBackend` vs `TorchNativeBackend` on one mixed batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from minisgl_worker.attention.flashinfer_backend import FlashInferBackend, FlashInferPagedAttention
+from minisgl_worker.attention.torch_native import TorchNativeBackend
+from minisgl_worker.core import (
+    Batch,
+    Context,
+    Req,
+    SamplingParams,
+    clear_global_ctx,
+    set_global_ctx,
+)
+from minisgl_worker.kvcache import MHAKVPool
+from minisgl_worker.layers.cuda_ops import store_kv
+
+from .paged import (
+    LAYOUTS,
+    PagedBatch,
+    prefill_backends,
+    random_batch,
+    reference_attention,
+    rel_err,
+)
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda")
+BF16 = torch.bfloat16
+TOL = 1e-2
+PREFILL_CASES = [
+    (name, backend) for name, (_, _, d) in LAYOUTS.items() for backend in prefill_backends(d)
+]
+
+
+def _rand(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device=DEV, dtype=BF16)
+
+
+def _caches(num_pages: int, page_size: int, hkv: int, d: int) -> tuple[torch.Tensor, ...]:
+    return _rand(num_pages, page_size, hkv, d), _rand(num_pages, page_size, hkv, d)
+
+
+def _pages_for(kv_lens: list[int], page_size: int) -> int:
+    return sum(-(-n // page_size) for n in kv_lens) + 8
+
+
+@pytest.mark.parametrize("mode", ["ragged", "chunked"])
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+@pytest.mark.parametrize("layout,backend", PREFILL_CASES)
+def test_prefill_matches_reference(layout: str, backend: str, page_size: int, mode: str) -> None:
+    hq, hkv, d = LAYOUTS[layout]
+    q_lens = [1, 17, 64, 200, 5, 128]
+    prefix = [0] * 6 if mode == "ragged" else [33, 0, 100, 7, 256, 1000]
+    num_pages = _pages_for([p + q for p, q in zip(prefix, q_lens)], page_size)
+    k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
+    batch = random_batch(q_lens, prefix, page_size, num_pages, DEV)
+    tokens = sum(q_lens)
+    qkv = _rand(tokens, (hq + 2 * hkv) * d)
+    q = qkv[:, : hq * d].view(tokens, hq, d)  # strided, as the model hands it over
+    k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
+    v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
+    store_kv(k_cache, v_cache, batch.new_loc, k, v)
+
+    attn = FlashInferPagedAttention(
+        hq, hkv, d, page_size, BF16, DEV, prefill_backend=backend  # type: ignore[arg-type]
+    )
+    attn.plan(*batch.meta)
+    out = torch.full((tokens, hq, d), float("nan"), device=DEV, dtype=BF16)
+    attn.run(q, k_cache, v_cache, out=out)
+    ref = reference_attention(q, k_cache, v_cache, batch.meta, page_size)
+    assert rel_err(out, ref) < TOL
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_decode_matches_reference(layout: str, page_size: int) -> None:
+    hq, hkv, d = LAYOUTS[layout]
+    kv_lens = [1, 15, 16, 17, 255, 256, 257, 1000, 3000]
+    kv_lens += torch.randint(1, 2048, (31,)).tolist()
+    num_pages = _pages_for(kv_lens, page_size)
+    k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
+    batch = random_batch([1] * len(kv_lens), [n - 1 for n in kv_lens], page_size, num_pages, DEV)
+    attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV)
+    attn.plan(*batch.meta)
+    q = _rand(len(kv_lens), hq, d)
+    out = torch.full_like(q, float("nan"))
+    attn.run(q, k_cache, v_cache, out=out)
+    assert rel_err(out, reference_attention(q, k_cache, v_cache, batch.meta, page_size)) < TOL
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int) -> None:
+    hq, hkv, d = LAYOUTS[layout]
+    bs, max_len = 16, 2048
+    num_pages = bs * (max_len // page_size) + 8
+    k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
+    attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV)
+    attn.init_cuda_graphs([1, 8, bs], max_num_pages=num_pages)
+
+    def plan_random(longest: int) -> PagedBatch:
+        lens = torch.randint(1, longest + 1, (bs,)).tolist()
+        batch = random_batch([1] * bs, [n - 1 for n in lens], page_size, num_pages, DEV)
+        attn.plan_cuda_graph(batch.meta.kv_indptr, batch.meta.kv_indices,
+                             batch.meta.kv_last_page_len)
+        return batch
+
+    plan_random(64)  # capture with short lengths; replays below use longer ones
+    q_static = _rand(bs, hq, d)
+    attn.run(q_static, k_cache, v_cache)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = attn.run(q_static, k_cache, v_cache)
+    for longest in (max_len, 300):
+        batch = plan_random(longest)
+        q = _rand(bs, hq, d)
+        q_static.copy_(q)
+        out_static.fill_(float("nan"))
+        graph.replay()
+        replayed = out_static.clone()
+        assert rel_err(replayed, reference_attention(q, k_cache, v_cache, batch.meta,
+                                                     page_size)) < TOL
+        attn.plan(*batch.meta)
+        assert rel_err(replayed, attn.run(q, k_cache, v_cache)) < 5e-3
+
+
+def _engine_batch(pool: MHAKVPool, page_table: torch.Tensor, cached: list[int],
+                  extend: list[int]) -> Batch:
+    """Requests in page-table rows 0.. with `cached` tokens in the pool, extending by
+    `extend`; each gets distinct random pages."""
+    ps = pool.page_size
+    perm = torch.randperm(pool.num_pages)
+    reqs, locs, next_page = [], [], 0
+    for i, (c, n) in enumerate(zip(cached, extend)):
+        req = Req(i, [1] * (c + n), SamplingParams())
+        req.table_idx, req.cached_len, req.device_len = i, c, c + n
+        npages = -(-(c + n) // ps)
+        pages = perm[next_page : next_page + npages]
+        next_page += npages
+        pos = torch.arange(c + n)
+        slots = pages[pos // ps] * ps + pos % ps
+        page_table[i, : c + n] = slots.to(page_table.dtype)
+        reqs.append(req)
+        locs.append(slots[c:])
+    out_loc = torch.cat(locs).to(DEV)
+    positions = torch.cat([torch.arange(c, c + n) for c, n in zip(cached, extend)]).to(DEV)
+    ids = torch.zeros_like(positions)
+    return Batch(reqs, ids, positions, out_loc, list(extend))
+
+
+@pytest.mark.parametrize("extend", [[1, 1, 1, 1], [1, 40, 1, 300]], ids=["decode", "mixed"])
+@pytest.mark.parametrize("layout", ["qwen3-0.6b", "smollm2-135m"])
+def test_backend_matches_torch_native(layout: str, extend: list[int]) -> None:
+    hq, hkv, d = LAYOUTS[layout]
+    pool = MHAKVPool(2, 512, 16, hkv, d, BF16, DEV)
+    pool.k.normal_(), pool.v.normal_()
+    page_table = torch.zeros((8, 4096), dtype=torch.int32, device=DEV)
+    batch = _engine_batch(pool, page_table, [700, 0, 33, 1000], extend)
+    tokens = sum(extend)
+    q, k, v = _rand(tokens, hq, d), _rand(tokens, hkv, d), _rand(tokens, hkv, d)
+    outs = []
+    for backend in (FlashInferBackend(pool, page_table, d**-0.5, hq),
+                    TorchNativeBackend(pool, page_table, d**-0.5)):
+        ctx = Context(backend, pool)
+        set_global_ctx(ctx)
+        try:
+            backend.prepare_metadata(batch)
+            with ctx.forward_batch(batch):
+                outs.append(backend.forward(q, k, v, layer_id=1))
+        finally:
+            clear_global_ctx()
+    assert rel_err(outs[0], outs[1]) < TOL
