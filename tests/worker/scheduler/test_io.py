@@ -1,0 +1,125 @@
+"""`python -m minisgl_worker` in a subprocess, spoken to over ZeroMQ with protocol.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from minisgl_worker.protocol import (
+    Abort,
+    Error,
+    Generate,
+    Load,
+    Msg,
+    Ready,
+    SamplingParams,
+    Shutdown,
+    Step,
+    decode_frame,
+    encode_frame,
+)
+
+PYTHON_DIR = Path(__file__).resolve().parents[3] / "python"
+TIMEOUT_S = 60
+
+
+class Client:
+    def __init__(self, address: str) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.connect(address)
+
+    def send(self, msgs: list[Msg]) -> None:
+        self.sock.send(encode_frame(msgs))
+
+    def recv_until(self, done: Any, timeout_s: float = TIMEOUT_S) -> list[Msg]:
+        """Every message until done(msg) is true for one (included)."""
+        got: list[Msg] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.sock.poll(100):
+                for msg in decode_frame(self.sock.recv()):
+                    got.append(msg)
+                    if done(msg):
+                        return got
+        raise AssertionError(f"timed out; got {got[-5:]}")
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def worker(tiny_llama: tuple[Path, Any], tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Client]]:
+    address = f"ipc://{tmp_path}/w.sock"
+    env = {**os.environ, "PYTHONPATH": str(PYTHON_DIR), "MINISGL_WORKER_INDEX": "3"}
+    cmd = [sys.executable, "-m", "minisgl_worker", "--model", str(tiny_llama[0]),
+           "--listen", address, "--kv-tokens", "200", "--page-size", "4", "--device", "cpu"]
+    with open(tmp_path / "worker.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stderr=log)
+    client = Client(address)
+    yield proc, client
+    client.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def _ready(client: Client) -> Ready:
+    msgs = client.recv_until(lambda m: isinstance(m, Ready))
+    return msgs[-1]  # type: ignore[return-value]
+
+
+def _finished(rid: int) -> Any:
+    return lambda m: isinstance(m, Step) and any(o.rid == rid and o.finish for o in m.outputs)
+
+
+def test_ready_generate_abort_shutdown(
+    worker: tuple[subprocess.Popen, Client], tiny_llama: tuple[Path, Any], tmp_path: Path
+) -> None:
+    proc, client = worker
+    model_dir = tiny_llama[0]
+    ready = _ready(client)
+    assert (ready.model, ready.vocab_size, ready.kv_capacity) == (model_dir.name, 256, 200)
+    assert (ready.max_context, ready.eos_token_ids, ready.page_size) == (200, [2], 4)
+    assert (ready.tp_size, ready.device) == (1, "cpu")
+
+    sp = SamplingParams(max_new_tokens=5, ignore_eos=True, logprobs=True)
+    client.send([Generate(1, [5, 6, 7], sp), Generate(2, list(range(3, 250)), sp)])
+    msgs = client.recv_until(_finished(1))
+    outs = [o for m in msgs if isinstance(m, Step) for o in m.outputs if o.rid == 1]
+    assert len(outs) == 5 and outs[-1].finish == "length" and outs[0].logprob is not None
+    assert all(o.finish is None for o in outs[:-1])
+    errors = [m for m in msgs if isinstance(m, Error)]
+    assert errors and errors[0].rid == 2 and "200" in errors[0].message
+
+    long = SamplingParams(max_new_tokens=150, ignore_eos=True)
+    client.send([Generate(3, [5, 6, 7], long)])
+    client.recv_until(lambda m: isinstance(m, Step))
+    client.send([Abort(3), Abort(12345)])
+    load = client.recv_until(lambda m: isinstance(m, Load) and m.running == 0)[-1]
+    assert isinstance(load, Load) and (load.kv_used, load.waiting, load.kv_total) == (0, 0, 200)
+
+    client.sock.send(b"\x93not a frame")
+    err = client.recv_until(lambda m: isinstance(m, Error))[-1]
+    assert isinstance(err, Error) and err.rid is None
+
+    client.send([Shutdown()])
+    assert proc.wait(timeout=TIMEOUT_S) == 0
+    log = (tmp_path / "worker.log").read_text()
+    assert "[worker 3]" in log and "KV 200 tokens" in log
+
+
+def test_sigterm_exits_cleanly(worker: tuple[subprocess.Popen, Client]) -> None:
+    proc, client = worker
+    _ready(client)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=TIMEOUT_S) == 0
