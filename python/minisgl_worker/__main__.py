@@ -16,16 +16,35 @@ from .scheduler import Scheduler, ZmqIO, serve
 logger = logging.getLogger("minisgl_worker")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0; got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
     p.add_argument("--model", required=True, help="HF-style model folder")
     p.add_argument("--listen", required=True, help="ipc:// or tcp:// address to bind")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--page-size", type=int, default=1, help="tokens per KV page")
-    p.add_argument("--max-running", type=int, default=0, help="0: 256 on CUDA, 32 on CPU")
-    p.add_argument("--kv-tokens", type=int, default=0, help="KV capacity; 0: auto")
-    p.add_argument("--chunk-size", type=int, default=8192, help="prefill tokens per step")
+    p.add_argument("--page-size", type=_positive, default=1, help="tokens per KV page")
+    p.add_argument(
+        "--max-running", type=_non_negative, default=0, help="0: 256 on CUDA, 32 on CPU"
+    )
+    p.add_argument(
+        "--kv-tokens", type=_non_negative, default=0,
+        help="KV capacity in tokens; 0: 1 GiB worth on CPU, 85%% of free memory on CUDA",
+    )
+    p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
     return p.parse_args(argv)
 

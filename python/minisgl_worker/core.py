@@ -55,6 +55,13 @@ class Req:
     def total_len(self) -> int:
         return len(self.input_ids) + len(self.output_ids)
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """all_ids[start:end] without building all_ids (a decode reads one token)."""
+        n = len(self.input_ids)
+        if start >= n:
+            return self.output_ids[start - n : end - n]
+        return self.input_ids[start:end] + self.output_ids[: max(0, end - n)]
+
     @property
     def extend_len(self) -> int:
         return self.device_len - self.cached_len
@@ -104,7 +111,7 @@ class Batch:
 
     @property
     def phase(self) -> Phase:
-        decodes = sum(1 for r in self.reqs if r.is_decoding)
+        decodes = sum(1 for r in self.reqs if r.is_decoding and r.extend_len == 1)
         if decodes == len(self.reqs):
             return "decode"
         return "prefill" if decodes == 0 else "mixed"

@@ -95,9 +95,12 @@ class Sampler:
             keep = probs >= min_p[:, None] * probs.max(-1, keepdim=True).values
             probs = probs * keep
         out = torch.empty(len(reqs), dtype=torch.long, device=probs.device)
-        for i, req in enumerate(reqs):
-            gen = self._generator(req)
-            out[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
+        unseeded = [i for i, r in enumerate(reqs) if r.sampling.seed is None]
+        if unseeded:  # one batched draw from the global generator
+            out[unseeded] = torch.multinomial(probs[unseeded], 1)[:, 0]
+        for i, req in enumerate(reqs):  # a seeded request draws from its own generator
+            if req.sampling.seed is not None:
+                out[i] = torch.multinomial(probs[i], 1, generator=self._generator(req))[0]
         return out
 
     @staticmethod
@@ -113,9 +116,8 @@ class Sampler:
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         return torch.zeros_like(probs).scatter_(1, idx, sorted_p)
 
-    def _generator(self, req: Req) -> torch.Generator | None:
-        if req.sampling.seed is None:
-            return None
+    def _generator(self, req: Req) -> torch.Generator:
+        assert req.sampling.seed is not None
         if req.generator is None:
             req.generator = torch.Generator(device=self.device)
             req.generator.manual_seed(req.sampling.seed)

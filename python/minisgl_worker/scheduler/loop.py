@@ -45,12 +45,16 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready) -> None:
 
 
 def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
-    if isinstance(msg, Generate):
-        return scheduler.add_request(msg)
-    if isinstance(msg, Abort):
-        scheduler.abort(msg.rid)
-        return None
-    return Error(rid=None, message=f"a worker does not accept {type(msg).__name__} messages")
+    try:
+        if isinstance(msg, Generate):
+            return scheduler.add_request(msg)
+        if isinstance(msg, Abort):
+            scheduler.abort(msg.rid)
+            return None
+    except Exception as e:  # e.g. a field of the wrong type that decoded anyway
+        logger.exception("bad %s", type(msg).__name__)
+        return Error(rid=getattr(msg, "rid", None), message=f"bad {msg.TYPE}: {e!r}")
+    return Error(rid=None, message=f"a worker does not accept {msg.TYPE!r} messages")
 
 
 def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:

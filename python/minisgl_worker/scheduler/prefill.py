@@ -1,8 +1,9 @@
 """PrefillAdder: picks the prefill work of one step under a token budget (chunked prefill).
 
-Requests are taken in order (partially prefilled ones first, then the waiting queue). Each
-gets as many of its remaining prompt tokens as the budget and the free KV pages allow; a
-prompt longer than the budget is split across steps, its first chunks sampling nothing.
+Requests are taken in order (partially prefilled ones first, then the waiting queue). A new
+one is admitted when a request slot is free and its whole prompt fits in the free KV pages;
+each gets as many of its remaining prompt tokens as the budget allows, so a prompt longer
+than the budget is split across steps, its first chunks sampling nothing.
 Admission stops at the first request that gets nothing, so the queue stays FIFO."""
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ class PrefillAdder:
                 return False
             req.table_idx = self.table.allocate()
             self.cache.admit(req)
-        extend = min(req.remain_len, self.budget, self.cache.token_room(req, self.reserve_pages))
-        if extend <= 0:
+        room = self.cache.token_room(req, self.reserve_pages)
+        # A new request starts only if its whole prompt fits the pool: partial prefills
+        # must come from the token budget, not from memory, or they could fill the pool.
+        extend = min(req.remain_len, self.budget, room)
+        if extend <= 0 or (is_new and room < req.remain_len):
             if is_new:  # undo the admission; it stays at the head of the queue
                 self.cache.release(req, finished=False)
                 self.table.free(req.table_idx)

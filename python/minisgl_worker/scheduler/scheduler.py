@@ -125,7 +125,7 @@ class Scheduler:
         ids: list[int] = []
         pos: list[int] = []
         for req in reqs:
-            ids += req.all_ids[req.cached_len : req.device_len]
+            ids += req.token_slice(req.cached_len, req.device_len)
             pos += range(req.cached_len, req.device_len)
         out_loc = torch.cat(locs)
         assert out_loc.shape[0] == len(ids) > 0
