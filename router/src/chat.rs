@@ -74,12 +74,14 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
             for part in parts {
                 match (part.kind.as_str(), &part.text) {
                     ("text", Some(t)) => text.push_str(t),
-                    (kind, _) => return Err(ApiError::invalid(
-                        "messages",
-                        format!(
+                    (kind, _) => {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            format!(
                             "`messages[{i}].content`: only text parts are supported; got `{kind}`"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             text

@@ -89,20 +89,48 @@ mod tests {
         assert_eq!(stream(&tok, &ids), "Hello world");
     }
 
+    /// xorshift64*: deterministic random numbers, no extra dependency.
+    fn rng(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+    }
+
+    /// The default model's tokenizer (49152 tokens), when this machine has converted it.
+    fn default_model_tokenizer() -> Option<Tokenizer> {
+        let home = std::env::var("HOME").ok()?;
+        let path =
+            std::path::Path::new(&home).join(".cache/minisgl/SmolLM2-135M-Instruct/tokenizer.json");
+        Tokenizer::from_file(&path).ok()
+    }
+
+    #[test]
+    fn real_vocabulary_random_sequences_stream_losslessly() {
+        let Some(tok) = default_model_tokenizer() else {
+            eprintln!("skipped: the default model is not converted on this machine");
+            return;
+        };
+        let mut next = rng(42);
+        let vocab = tok.vocab_size() as u64;
+        for _ in 0..200 {
+            let len = (next() % 30) as usize;
+            let ids: Vec<u32> = (0..len).map(|_| (next() % vocab) as u32).collect();
+            assert_eq!(stream(&tok, &ids), tok.decode(&ids), "ids {ids:?}");
+        }
+        let text = "Ünïcödé 日本語 🎉 — “quotes” and code: fn main() {}";
+        assert_eq!(stream(&tok, &tok.encode_blocking(text, false)), text);
+    }
+
     /// Property: for random token sequences (including ones that cut characters in half and
     /// never complete them), the streamed pieces concatenate to the decode of the whole.
     #[test]
     fn streamed_pieces_equal_whole_decode_for_random_sequences() {
         let tok = tiny();
         let vocab = tok.vocab_size() as u64;
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            // xorshift64*: deterministic, no extra dependency.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut next = rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
             let len = (next() % 40) as usize;
             let ids: Vec<u32> = (0..len).map(|_| (next() % vocab) as u32).collect();

@@ -66,7 +66,7 @@ pub async fn start(
         } => state.tokenizer.encode(text, add_special_tokens).await?,
         PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
     };
-    params.fit_to_context(input_ids.len(), state.max_context)?;
+    params.fit_to_context(input_ids.len(), state.max_context()?)?;
     let prompt_tokens = input_ids.len() as u32;
     let request = state
         .pick_worker(&input_ids)?

@@ -93,7 +93,6 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     let listener = TcpListener::bind(&address)
         .await
         .map_err(|e| format!("cannot listen on {address}: {e}"))?;
-
     let spec = LaunchSpec {
         python,
         model: model_dir,
@@ -106,9 +105,16 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     let mut local = Vec::new();
     let mut clients = Vec::new();
     for index in 0..spec.count {
-        let (worker, client) = LocalWorker::spawn(&spec, index)?;
-        local.push(worker);
-        clients.push(client);
+        match LocalWorker::spawn(&spec, index) {
+            Ok((worker, client)) => {
+                local.push(worker);
+                clients.push(client);
+            }
+            Err(e) => {
+                stop_workers(local, &clients).await;
+                return Err(e);
+            }
+        }
     }
     clients.extend(
         config
@@ -116,15 +122,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
             .iter()
             .map(|a| WorkerClient::connect(a)),
     );
-
-    let started = tokio::select! {
-        ready = wait_all_ready(&clients, config.ready_timeout()) => ready,
-        _ = shutdown_signal() => Err("interrupted while the workers were starting".into()),
-    };
-    let result = match started {
-        Ok(max_context) => serve_http(listener, files, clients.clone(), max_context).await,
-        Err(e) => Err(e),
-    };
+    let result = serve_http(listener, files, clients.clone(), config.ready_timeout()).await;
     stop_workers(local, &clients).await;
     result
 }
@@ -140,34 +138,41 @@ async fn wait_all_ready(clients: &[WorkerClient], timeout: Duration) -> Result<u
     Ok(max_context)
 }
 
+/// Serves HTTP from the start (/health says 503 while the workers load) until a signal.
 async fn serve_http(
     listener: TcpListener,
     files: ModelFiles,
     workers: Vec<WorkerClient>,
-    max_context: u32,
+    ready_timeout: Duration,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_name: files.name,
         tokenizer: files.tokenizer,
         template: files.template,
-        workers,
+        workers: workers.clone(),
         policy: create_policy(),
-        max_context,
+        max_context: 0.into(),
         started: unix_now(),
     });
     let address = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    tracing::info!(model = %state.model_name, max_context, "serving on http://{address}");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        let mut rx = stop_rx;
-        let _ = rx.wait_for(|s| *s).await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
     });
     let server = tokio::spawn(server.into_future());
-    shutdown_signal().await;
-    tracing::info!("shutting down");
+    let result = tokio::select! {
+        ready = wait_all_ready(&workers, ready_timeout) => ready,
+        _ = shutdown_signal() => Err("interrupted while the workers were starting".into()),
+    };
+    if let Ok(max_context) = result {
+        state.set_max_context(max_context);
+        tracing::info!(model = %state.model_name, max_context, "ready on http://{address}");
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+    }
     let _ = stop_tx.send(true);
     if tokio::time::timeout(DRAIN, server).await.is_err() {
         tracing::warn!(
@@ -175,7 +180,7 @@ async fn serve_http(
             DRAIN.as_secs()
         );
     }
-    Ok(())
+    result.map(|_| ())
 }
 
 async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
@@ -234,6 +239,15 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(err, "--model /nonexistent/model is not a folder");
+    }
+
+    #[tokio::test]
+    async fn a_worker_dying_before_ready_fails_startup() {
+        let model = tiny_model_dir().display().to_string();
+        let config = Config::try_parse_from(["r", "--model", &model, "--port", "0"]).unwrap();
+        // `false` stands in for python: the worker exits 1 at once.
+        let err = serve(config, "false".into()).await.unwrap_err();
+        assert_eq!(err, "worker 0 exited before it was ready (exit status: 1)");
     }
 
     #[tokio::test]

@@ -74,7 +74,7 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
             "object": "model",
             "created": state.started,
             "owned_by": "minisgl",
-            "max_model_len": state.max_context,
+            "max_model_len": state.max_context().ok(),
         }],
     }))
 }

@@ -46,7 +46,7 @@ impl Setup {
             template: files.template,
             workers: vec![client],
             policy: create_policy(),
-            max_context: router_context,
+            max_context: router_context.into(),
             started: 0,
         });
         Self { fake, state }
@@ -422,7 +422,7 @@ async fn chat_without_a_template_is_a_400() {
         template: None,
         workers: shared_state.workers.clone(),
         policy: create_policy(),
-        max_context: 256,
+        max_context: 256.into(),
         started: 0,
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;

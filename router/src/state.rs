@@ -1,5 +1,6 @@
 //! What every handler shares: the model's tokenizer and template, the workers, the policy.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::chat_template::ChatTemplate;
@@ -19,8 +20,8 @@ pub struct Shared {
     pub template: Option<ChatTemplate>,
     pub workers: Vec<WorkerClient>,
     pub policy: Box<dyn Policy>,
-    /// The smallest `max_context` the workers reported.
-    pub max_context: u32,
+    /// The smallest `max_context` the workers reported; 0 until they all are ready.
+    pub max_context: AtomicU32,
     /// Unix time the router started (the `created` of /v1/models).
     pub started: u64,
 }
@@ -30,6 +31,20 @@ impl AppState {
         Self {
             inner: Arc::new(shared),
         }
+    }
+
+    /// The context every worker serves, or 503 while they are still loading.
+    pub fn max_context(&self) -> Result<u32, ApiError> {
+        match self.max_context.load(Ordering::Acquire) {
+            0 => Err(ApiError::Unavailable(
+                "the workers are still loading".into(),
+            )),
+            context => Ok(context),
+        }
+    }
+
+    pub fn set_max_context(&self, context: u32) {
+        self.max_context.store(context, Ordering::Release);
     }
 
     pub fn check_model(&self, model: &str) -> Result<(), ApiError> {

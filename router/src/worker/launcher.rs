@@ -12,8 +12,10 @@ use tokio::sync::{oneshot, watch};
 use super::client::WorkerClient;
 use super::protocol::Ready;
 
-/// How long a worker gets to exit after `shutdown` before it is killed.
+/// How long a worker gets to exit after `shutdown` before SIGTERM, and after SIGTERM
+/// before SIGKILL.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const TERM_GRACE: Duration = Duration::from_secs(3);
 
 /// What every spawned worker is started with.
 #[derive(Debug, Clone)]
@@ -66,6 +68,10 @@ impl LaunchSpec {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
+        // Its own process group: a Ctrl-C in the terminal reaches the router only, which
+        // then shuts the workers down in order.
+        #[cfg(unix)]
+        cmd.process_group(0);
         cmd.kill_on_drop(true);
         cmd
     }
@@ -150,10 +156,7 @@ async fn supervise(
 ) {
     let status = tokio::select! {
         status = child.wait() => status,
-        _ = kill => {
-            let _ = child.kill().await;
-            child.wait().await
-        }
+        _ = kill => terminate(&mut child).await,
     };
     let status = match status {
         Ok(s) => s.to_string(),
@@ -166,6 +169,20 @@ async fn supervise(
     };
     client.fail(&format!("worker {index} exited{when} ({status})"));
     let _ = exited.send(true);
+}
+
+/// SIGTERM (the worker unwinds and closes its socket), then SIGKILL if it lingers.
+async fn terminate(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        if let Ok(status) = tokio::time::timeout(TERM_GRACE, child.wait()).await {
+            return status;
+        }
+    }
+    let _ = child.kill().await;
+    child.wait().await
 }
 
 /// Waits for `ready` from a worker, failing on its death or after `timeout`.
@@ -243,6 +260,25 @@ mod tests {
         assert!(err.contains("worker 0 exited before it was ready"), "{err}");
         assert!(err.contains("exit status: 1"), "{err}");
         worker.stop(&client).await;
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_ignores_shutdown_is_terminated() {
+        let script =
+            std::env::temp_dir().join(format!("minisgl-fake-python-{}", std::process::id()));
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let (worker, client) =
+            LocalWorker::spawn(&spec(script.to_str().unwrap(), 1, "cpu"), 7).unwrap();
+        let socket_path = worker.socket_path.clone();
+        let mut exited = worker.exited.clone();
+        let started = std::time::Instant::now();
+        worker.stop(&client).await;
+        assert!(*exited.wait_for(|e| *e).await.unwrap());
+        assert!(started.elapsed() < SHUTDOWN_GRACE + TERM_GRACE);
+        assert!(!socket_path.exists());
+        let _ = std::fs::remove_file(script);
     }
 
     #[test]
