@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
+    p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     return p.parse_args(argv)
 
 
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     config = EngineConfig(
         model_path=args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
+        attention_backend=args.attention_backend,
     )
     engine = Engine(config)
     scheduler = Scheduler(engine, chunk_size=args.chunk_size)

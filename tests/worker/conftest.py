@@ -21,7 +21,7 @@ LLAMA3_ROPE = {
 }
 
 
-def save_tiny_model(path: Path, arch: str = "llama", **overrides: Any) -> torch.nn.Module:
+def save_tiny_model(path: Path, arch: str = "llama", **overrides: Any) -> Any:
     """A 2-layer random model of the given HF architecture, saved with save_pretrained."""
     import transformers
 
@@ -97,13 +97,16 @@ class Driver:
         ids = [t for r in reqs for t in r.input_ids[r.cached_len : r.device_len]]
         pos = [p for r in reqs for p in range(r.cached_len, r.device_len)]
         assert len(ids) == len(pos) == sum(lens), "extend past the end of a prompt"
+        device = self.engine.device
         batch = Batch(
-            reqs=reqs, input_ids=torch.tensor(ids), positions=torch.tensor(pos),
-            out_loc=torch.cat(locs), extend_lens=list(lens),
+            reqs=reqs, input_ids=torch.tensor(ids, device=device),
+            positions=torch.tensor(pos, device=device), out_loc=torch.cat(locs),
+            extend_lens=list(lens),
         )
         self.engine.attn_backend.prepare_metadata(batch)
         with torch.inference_mode(), self.engine.ctx.forward_batch(batch):
-            logits = self.engine.model(batch.input_ids, batch.positions, torch.arange(len(ids)))
+            indices = torch.arange(len(ids), device=device)
+            logits = self.engine.model(batch.input_ids, batch.positions, indices)
         for req in reqs:
             req.cached_len = req.device_len
         return list(logits.split(lens))

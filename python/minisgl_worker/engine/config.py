@@ -16,7 +16,7 @@ class EngineConfig:
     max_running: int = 0  # 0: 256 on CUDA, 32 on CPU
     kv_tokens: int = 0  # 0: auto (see Engine._num_pages)
     load_format: str = "safetensors"  # or "dummy" (random weights)
-    attention_backend: str = "torch"
+    attention_backend: str = "auto"  # auto (FlashInfer on CUDA if installed) | torch | flashinfer
     cpu_kv_bytes: int = 1 << 30  # default KV budget on CPU
     gpu_memory_fraction: float = 0.85  # of the free memory after loading, for KV on CUDA
 

@@ -52,15 +52,17 @@ class Engine:
             (self.max_running, self.max_context), dtype=torch.int32, device=self.device
         )
         self.attn_backend = create_attention_backend(
-            config.attention_backend, self.kv_pool, self.page_table, cfg.head_dim**-0.5
+            config.attention_backend, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
+            cfg.num_heads,  # tp_size 1: every query head is local
         )
         self.sampler = Sampler(list(cfg.eos_token_ids), self.device)
         self.ctx = Context(self.attn_backend, self.kv_pool)
         set_global_ctx(self.ctx)
         logger.info(
-            "engine ready: %s on %s (%s), KV %d tokens (%d pages of %d), max_context %d",
-            self.model_name, self.device, str(self.dtype).removeprefix("torch."),
-            self.kv_pool.num_slots, num_pages, self.page_size, self.max_context,
+            "engine ready: %s on %s (%s, %s attention), KV %d tokens (%d pages of %d), "
+            "max_context %d", self.model_name, self.device, str(self.dtype).removeprefix("torch."),
+            type(self.attn_backend).__name__, self.kv_pool.num_slots, num_pages,
+            self.page_size, self.max_context,
         )
 
     def _num_pages(self) -> int:
