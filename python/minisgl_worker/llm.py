@@ -53,6 +53,8 @@ class LLM:
             self._next_rid += 1
             error = self.scheduler.add_request(Generate(rid, input_ids, sp))
             if error is not None:
+                for added in results:  # leave the scheduler as it was
+                    self.scheduler.abort(added)
                 raise ValueError(error.message)
             results[rid] = _empty_result()
         while self.scheduler.has_work:

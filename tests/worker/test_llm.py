@@ -65,3 +65,10 @@ def test_text_prompts_use_the_folders_tokenizer(tmp_path: Path) -> None:
         assert res["text"].split() == [tok.id_to_token(t) for t in res["token_ids"]]
     finally:
         llm.shutdown()
+
+
+def test_a_prompt_that_cannot_fit_raises_and_leaves_nothing_behind(llm: LLM) -> None:
+    with pytest.raises(ValueError, match="max_context"):
+        llm.generate([[5, 6], list(range(3, 250)) * 5], SamplingParams(max_new_tokens=2))
+    assert not llm.scheduler.has_work
+    assert llm.generate([[5, 6]], SamplingParams(max_new_tokens=2))[0]["token_ids"]
