@@ -88,9 +88,9 @@ def test_rope_in_place_on_fused_qkv(
 
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_store_kv(page_size: int) -> None:
-    k_cache = torch.zeros(64, page_size, 8, 128, device=DEV, dtype=BF16)
+    k_cache = torch.zeros(4096 // page_size, page_size, 8, 128, device=DEV, dtype=BF16)
     v_cache = torch.zeros_like(k_cache)
-    loc = torch.randperm(64 * page_size, device=DEV)[:100]
+    loc = torch.randperm(4096, device=DEV)[:100]
     k, v = _rand(100, 8, 128), _rand(100, 8, 128)
     cuda_ops.store_kv(k_cache, v_cache, loc, k, v)
     assert torch.equal(k_cache.view(-1, 8, 128)[loc], k)
