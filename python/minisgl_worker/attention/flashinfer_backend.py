@@ -216,9 +216,9 @@ class FlashInferPagedAttention:
 def build_jit(specs: Sequence[JitSpec]) -> None:
     """Compile every missing module in one ninja run, so their sources build in parallel
     (on an H200 host: 8 modules in ~125 s; one family at a time, 7 of them took ~235 s),
-    then install each as a FlashInfer AOT module (flashinfer/data/aot/NAME/NAME.so). That last step is
-    needed: on first use FlashInfer re-runs ninja in the module's own folder, whose build log
-    does not know the combined run's outputs, and would compile the module again."""
+    then install each as a FlashInfer AOT module (flashinfer/data/aot/NAME/NAME.so). That
+    last step is needed: on first use FlashInfer re-runs ninja in the module's own folder,
+    whose build log does not know the combined run's outputs, so it would compile again."""
     from flashinfer.jit import build_jit_specs
     from flashinfer.jit import env as jit_env
 
