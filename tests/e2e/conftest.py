@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import requests
 import pytest
 from openai import OpenAI
 
@@ -82,9 +82,9 @@ def start_router(tmp: Path, *args: str) -> Server:
         if proc.poll() is not None:
             pytest.fail(f"router exited with {proc.returncode}:\n{server.log_tail()}")
         try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+            if requests.get(f"{server.base_url}/health", timeout=2).status_code == 200:
                 return server
-        except httpx.TransportError:
+        except requests.ConnectionError:
             pass
         time.sleep(0.5)
     proc.kill()

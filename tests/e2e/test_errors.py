@@ -1,6 +1,6 @@
 """Bad input gets a clear OpenAI-shaped error, never a hang or a 500."""
 
-import httpx
+import requests
 import pytest
 
 from tests.e2e.conftest import Server
@@ -8,11 +8,11 @@ from tests.e2e.conftest import Server
 MODEL = "SmolLM2-135M-Instruct"
 
 
-def post(server: Server, path: str, **kwargs: object) -> httpx.Response:
-    return httpx.post(f"{server.base_url}{path}", timeout=60, **kwargs)  # type: ignore[arg-type]
+def post(server: Server, path: str, **kwargs: object) -> requests.Response:
+    return requests.post(f"{server.base_url}{path}", timeout=60, **kwargs)  # type: ignore[arg-type]
 
 
-def error_of(resp: httpx.Response, status: int) -> dict:
+def error_of(resp: requests.Response, status: int) -> dict:
     assert resp.status_code == status, resp.text
     body = resp.json()["error"]
     assert set(body) >= {"message", "type", "param", "code"}
@@ -24,7 +24,7 @@ def test_malformed_json_is_400(server: Server) -> None:
     resp = post(
         server,
         "/v1/chat/completions",
-        content=b'{"model": "x", "messages": [',
+        data=b'{"model": "x", "messages": [',
         headers={"content-type": "application/json"},
     )
     error_of(resp, 400)
@@ -47,7 +47,7 @@ def test_max_tokens_past_the_context_is_400(server: Server) -> None:
 
 
 def test_unknown_route_is_404_json(server: Server) -> None:
-    error_of(httpx.get(f"{server.base_url}/v1/nope"), 404)
+    error_of(requests.get(f"{server.base_url}/v1/nope"), 404)
 
 
 def test_unknown_model_is_404(server: Server) -> None:

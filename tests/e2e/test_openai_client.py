@@ -2,7 +2,7 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import requests
 
 from tests.e2e.conftest import Server
 
@@ -18,7 +18,7 @@ def chat_stream_text(server: Server, messages: list[dict], max_tokens: int = 32)
 
 
 def test_health_and_models(server: Server) -> None:
-    assert httpx.get(f"{server.base_url}/health").status_code == 200
+    assert requests.get(f"{server.base_url}/health").status_code == 200
     models = server.client().models.list()
     assert [m.id for m in models.data] == [MODEL]
 
