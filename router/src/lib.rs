@@ -52,7 +52,11 @@ fn main(py: Python<'_>, argv: Vec<String>, python: String, default_model: Py<PyA
             }
         }
     }
-    py.detach(|| run::run(config, python))
+    let code = py.detach(|| run::run(config, python));
+    // The Ctrl-C that stopped the server also reached Python's handler (tokio chains to it):
+    // consume the pending KeyboardInterrupt here, or it would surface as a traceback.
+    let _ = py.check_signals();
+    code
 }
 
 #[pymodule]
