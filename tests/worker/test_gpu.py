@@ -55,14 +55,18 @@ def test_greedy_generation_on_cuda_matches_cpu(model_dir: tuple[Path, Any]) -> N
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="no flashinfer")
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_flashinfer_matches_torch_backend_bf16(
+def test_flashinfer_bf16_is_as_close_to_float32_as_torch_bf16(
     model_dir: tuple[Path, Any], engine_factory: Any, page_size: int
 ) -> None:
-    chunks = [40, 1, 1, 30, 28]
-    logits = []
+    """bf16 rounding differs between kernels, so both are measured against transformers'
+    float32 logits: FlashInfer's error must be of the same size as torch-native's."""
+    path, ref = model_dir
+    exact = hf_logits(ref, SEQ)
+    errors = []
     for backend in ("torch", "flashinfer"):
-        engine = engine_factory(model_dir[0], device="cuda", dtype="bfloat16",
+        engine = engine_factory(path, device="cuda", dtype="bfloat16",
                                 attention_backend=backend, page_size=page_size)
-        logits.append(_chunked_logits(engine, chunks))
-    scale = logits[0].abs().max()
-    torch.testing.assert_close(logits[1], logits[0], atol=float(scale) * 0.02, rtol=0)
+        errors.append((_chunked_logits(engine, [40, 1, 1, 30, 28]).float() - exact).abs())
+    torch_err, fi_err = errors
+    assert fi_err.mean() <= 1.5 * torch_err.mean() + 1e-3, (fi_err.mean(), torch_err.mean())
+    assert fi_err.max() <= 2 * torch_err.max() + 0.1, (fi_err.max(), torch_err.max())
