@@ -47,7 +47,7 @@ class LLM:
         plist = params if isinstance(params, list) else [params] * len(prompts)
         assert len(plist) == len(prompts), "one SamplingParams per prompt"
         ids = [self.tokenizer.encode(p).ids if isinstance(p, str) else list(p) for p in prompts]
-        results = {}
+        results: dict[int, dict[str, Any]] = {}
         for input_ids, sp in zip(ids, plist):
             rid = self._next_rid
             self._next_rid += 1

@@ -59,7 +59,9 @@ def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
 
 def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
     try:
-        return scheduler.step()
+        outputs = scheduler.step()
+        scheduler.check_invariants()
+        return outputs
     except Exception as e:  # a crash in one step fails the requests it held, not the worker
         logger.exception("step failed")
         for rid in list(scheduler.reqs):

@@ -101,10 +101,13 @@ def test_logprobs_are_log_softmax_of_the_processed_logits() -> None:
     lp0 = torch.log_softmax(logits[0], -1)
     token0 = int(out.tokens[0])
     assert token0 == int(logits[0].argmax())
-    assert math.isclose(out.logprobs[0], float(lp0[token0]), abs_tol=1e-5)
+    lp_sampled = out.logprobs[0]
+    assert lp_sampled is not None and math.isclose(lp_sampled, float(lp0[token0]), abs_tol=1e-5)
     top = out.top_logprobs[0]
     assert top is not None and [t for t, _ in top] == lp0.topk(3).indices.tolist()
     assert top[0][0] == token0
     lp1 = torch.log_softmax(logits[1] / 0.5, -1)  # temperature applied
-    assert math.isclose(out.logprobs[1], float(lp1[int(out.tokens[1])]), abs_tol=1e-5)
+    lp_sampled = out.logprobs[1]
+    assert lp_sampled is not None
+    assert math.isclose(lp_sampled, float(lp1[int(out.tokens[1])]), abs_tol=1e-5)
     assert out.top_logprobs[1] is None
