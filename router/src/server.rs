@@ -148,5 +148,5 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 #[cfg(test)]
-#[path = "server_tests.rs"]
+#[path = "server_tests/mod.rs"]
 mod tests;

@@ -1,0 +1,180 @@
+//! What goes wrong: client mistakes, refusals, disconnects, dead workers.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::*;
+
+#[tokio::test]
+async fn client_disconnect_aborts_the_request() {
+    let s = Setup::new(true, 256, 256).await;
+    let app = s.app();
+    let task = tokio::spawn(async move { app.oneshot(chat(json!({"stream": true}))).await });
+    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
+        .await;
+    task.abort();
+    let rid = s.fake.log.lock().unwrap().generated[0].0;
+    s.wait_for(|s| s.aborted() == [rid]).await;
+    assert_eq!(s.state.workers[0].in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_dead_worker_fails_its_requests_and_health() {
+    let s = Setup::new(true, 256, 256).await;
+    let (status, _) = send(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let app = s.app();
+    let pending = tokio::spawn(async move { send_json(app, chat(json!({}))).await });
+    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
+        .await;
+    s.fake.kill();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disconnected"),
+        "{body}"
+    );
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["workers"][0]["status"], "dead");
+    let (status, _) = send(s.app(), chat(json!({}))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn worker_refusals_are_client_errors_before_streaming_starts() {
+    // The router believes in a larger context than the worker: the worker refuses.
+    let s = Setup::new(false, 16, 4096).await;
+    let (status, body) = send_json(s.app(), chat(json!({"stream": true}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt has"),
+        "{body}"
+    );
+}
+
+async fn error_of(s: &Setup, req: Request<Body>, expected: StatusCode) -> Value {
+    let (status, body) = send_json(s.app(), req).await;
+    assert_eq!(status, expected, "{body}");
+    let error = body["error"].clone();
+    for key in ["message", "type", "param", "code"] {
+        assert!(error.get(key).is_some(), "missing {key} in {body}");
+    }
+    error
+}
+
+#[tokio::test]
+async fn client_mistakes_get_openai_errors() {
+    let s = Setup::new(false, 64, 64).await;
+    let e = error_of(
+        &s,
+        post("/v1/completions", json!({"model": "gpt-9", "prompt": "hi"})),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert!(e["message"].as_str().unwrap().contains("gpt-9"));
+    let e = error_of(&s, chat(json!({"best_of": 3})), StatusCode::BAD_REQUEST).await;
+    assert_eq!(
+        (e["message"].as_str().unwrap(), e["param"].as_str().unwrap()),
+        ("unsupported parameter `best_of`", "best_of")
+    );
+    let e = error_of(&s, chat(json!({"n": 2})), StatusCode::BAD_REQUEST).await;
+    assert_eq!(e["param"], "n");
+    let long = post(
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": "hello ".repeat(100)}),
+    );
+    let e = error_of(&s, long, StatusCode::BAD_REQUEST).await;
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("the model's context is 64"),
+        "{e}"
+    );
+    let e = error_of(
+        &s,
+        post(
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "hi", "max_tokens": 64}),
+        ),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("context of 64"),
+        "{e}"
+    );
+    let bad_json = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from("{\"model\": "))
+        .unwrap();
+    error_of(&s, bad_json, StatusCode::BAD_REQUEST).await;
+    let form = Request::post("/v1/completions")
+        .header("content-type", "text/plain")
+        .body(Body::from("{}"))
+        .unwrap();
+    error_of(&s, form, StatusCode::BAD_REQUEST).await;
+    let huge = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(vec![b' '; 5 << 20]))
+        .unwrap();
+    error_of(&s, huge, StatusCode::PAYLOAD_TOO_LARGE).await;
+    error_of(
+        &s,
+        Request::get("/v1/nope").body(Body::empty()).unwrap(),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    error_of(
+        &s,
+        Request::get("/v1/completions").body(Body::empty()).unwrap(),
+        StatusCode::METHOD_NOT_ALLOWED,
+    )
+    .await;
+    // Nothing above reached the worker.
+    assert!(s.fake.log.lock().unwrap().generated.is_empty());
+}
+
+#[tokio::test]
+async fn chat_without_a_template_is_a_400() {
+    let s = Setup::normal().await;
+    let mut shared_state = s.state.clone();
+    // Same workers and tokenizer, no template.
+    shared_state = AppState::new(Shared {
+        model_name: "tiny".into(),
+        tokenizer: shared_state.tokenizer.clone(),
+        template: None,
+        workers: shared_state.workers.clone(),
+        policy: create_policy(),
+        max_context: 256.into(),
+        started: 0,
+    });
+    let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no chat template"));
+}

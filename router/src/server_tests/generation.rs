@@ -1,0 +1,156 @@
+//! Happy paths: shapes of answers and streams, stop strings, logprobs, models, health.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+
+use super::*;
+
+#[tokio::test]
+async fn chat_completion_answers_in_openai_shape() {
+    let s = Setup::normal().await;
+    let (status, body) = send_json(s.app(), chat(json!({"temperature": 0}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(body["model"], "tiny");
+    let choice = &body["choices"][0];
+    assert_eq!(
+        choice["message"],
+        json!({"role": "assistant", "content": ANSWER})
+    );
+    assert_eq!(choice["finish_reason"], "stop");
+    assert!(choice["logprobs"].is_null());
+    let answer_tokens = s.state.tokenizer.encode_blocking(ANSWER, false).len() as u64;
+    let usage = &body["usage"];
+    assert_eq!(
+        usage["completion_tokens"],
+        answer_tokens + 1,
+        "the answer plus EOS"
+    );
+    let total = usage["prompt_tokens"].as_u64().unwrap() + answer_tokens + 1;
+    assert_eq!(usage["total_tokens"], total);
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 3);
+    // The prompt went through the chat template, encoded without extra special tokens.
+    let sent = s.fake.log.lock().unwrap().generated[0].1.clone();
+    assert_eq!(sent[0], 1, "starts with <|im_start|>");
+}
+
+#[tokio::test]
+async fn chat_stream_has_role_content_finish_usage_done() {
+    let s = Setup::normal().await;
+    let req = chat(json!({"stream": true, "stream_options": {"include_usage": true}}));
+    let (status, body) = send(s.app(), req).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, ANSWER);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 1);
+}
+
+#[tokio::test]
+async fn completions_stop_at_max_tokens() {
+    let s = Setup::normal().await;
+    let req = post(
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": "The", "max_tokens": 3}),
+    );
+    let (status, body) = send_json(s.app(), req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
+    let reply = s.state.tokenizer.encode_blocking(ANSWER, false);
+    assert_eq!(
+        body["choices"][0]["text"],
+        s.state.tokenizer.decode(&reply[..3])
+    );
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert_eq!(body["usage"]["completion_tokens"], 3);
+    let sampling = s.fake.log.lock().unwrap().generated[0].2.clone();
+    assert_eq!(sampling.max_new_tokens, 3);
+}
+
+#[tokio::test]
+async fn stop_string_cuts_the_text_and_aborts_the_request() {
+    let s = Setup::normal().await;
+    let (status, body) = send_json(s.app(), chat(json!({"stop": ["France", "zzz"]}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "The capital of ");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let rid = s.fake.log.lock().unwrap().generated[0].0;
+    s.wait_for(|s| s.aborted() == [rid]).await;
+}
+
+#[tokio::test]
+async fn streamed_stop_string_matches_across_tokens() {
+    let s = Setup::normal().await;
+    let (_, body) = send(s.app(), chat(json!({"stop": "is Par", "stream": true}))).await;
+    let events = sse_events(&body);
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, "The capital of France ");
+}
+
+#[tokio::test]
+async fn logprobs_come_back_in_chat_shape() {
+    let s = Setup::normal().await;
+    let (status, body) = send_json(
+        s.app(),
+        chat(json!({"logprobs": true, "top_logprobs": 2, "max_tokens": 2})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let content = body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(content.len(), 2);
+    assert_eq!(content[0]["logprob"], -0.5);
+    assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
+    let token = content[0]["token"].as_str().unwrap();
+    assert_eq!(content[0]["bytes"], json!(token.as_bytes()));
+}
+
+#[tokio::test]
+async fn models_and_health() {
+    let s = Setup::normal().await;
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/v1/models").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["data"][0]["id"], "tiny");
+    assert_eq!(body["object"], "list");
+    let (status, body) = send_json(
+        s.app(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (StatusCode::OK, json!("ok"))
+    );
+}

@@ -1,0 +1,118 @@
+//! HTTP tests: `app(state).oneshot(request)` against fake workers reached over real ZMQ
+//! (zmq.rs DEALERs on ipc sockets), with the tiny test tokenizer and its ChatML template.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::app;
+use crate::policy::create_policy;
+use crate::run::load_model_files;
+use crate::state::{AppState, Shared};
+use crate::tokenizer::tests::tiny_model_dir;
+use crate::worker::fake::{FakeScript, FakeWorker};
+use crate::worker::launcher::wait_ready;
+use crate::worker::WorkerClient;
+
+mod failures;
+mod generation;
+
+const ANSWER: &str = "The capital of France is Paris.";
+const EOS: u32 = 2;
+
+struct Setup {
+    fake: FakeWorker,
+    state: AppState,
+}
+
+impl Setup {
+    async fn new(stall: bool, worker_context: u32, router_context: u32) -> Self {
+        let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
+        let reply = files.tokenizer.encode_blocking(ANSWER, false);
+        let fake = FakeWorker::start(FakeScript {
+            reply,
+            eos: EOS,
+            max_context: worker_context,
+            stall,
+        })
+        .await;
+        let client = WorkerClient::connect(&fake.address);
+        wait_ready(&client, Duration::from_secs(10)).await.unwrap();
+        let state = AppState::new(Shared {
+            model_name: files.name,
+            tokenizer: files.tokenizer,
+            template: files.template,
+            workers: vec![client],
+            policy: create_policy(),
+            max_context: router_context.into(),
+            started: 0,
+        });
+        Self { fake, state }
+    }
+
+    async fn normal() -> Self {
+        Self::new(false, 256, 256).await
+    }
+
+    fn app(&self) -> Router {
+        app(self.state.clone())
+    }
+
+    fn aborted(&self) -> Vec<u64> {
+        self.fake.log.lock().unwrap().aborted.clone()
+    }
+
+    async fn wait_for(&self, what: impl Fn(&Self) -> bool) {
+        for _ in 0..2000 {
+            if what(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("condition not reached");
+    }
+}
+
+fn post(path: &str, body: Value) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn chat(extra: Value) -> Request<Body> {
+    let mut body =
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "Capital of France?"}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    post("/v1/chat/completions", body)
+}
+
+async fn send(app: Router, req: Request<Body>) -> (StatusCode, String) {
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+async fn send_json(app: Router, req: Request<Body>) -> (StatusCode, Value) {
+    let (status, text) = send(app, req).await;
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")),
+    )
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_events(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
