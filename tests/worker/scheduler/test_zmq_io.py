@@ -1,0 +1,40 @@
+"""ZmqIO alone: frames in, frames out, bad frames turned into errors (no engine needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import zmq
+from minisgl_worker.protocol import Abort, Error, Load, Shutdown, decode_frame, encode_frame
+from minisgl_worker.scheduler import ZmqIO
+
+
+def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
+    io = ZmqIO(f"ipc://{tmp_path}/io.sock")
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.connect(io.address)
+    try:
+        assert io.recv(0.05) == ([], [])  # nothing queued: returns after the timeout
+        bad_sampling = {"type": "generate", "rid": 1, "input_ids": [1], "sampling": {"x": 1}}
+        peer.send(encode_frame([Abort(1)]))
+        peer.send(b"\xc1")  # not msgpack
+        peer.send(msgpack.packb({"v": 2, "msgs": []}))
+        peer.send(msgpack.packb({"v": 1, "msgs": [bad_sampling]}))
+        peer.send(encode_frame([Abort(2), Shutdown()]))
+        msgs, errors = [], []
+        for _ in range(50):
+            if len(msgs) + len(errors) == 6:
+                break
+            got, errs = io.recv(0.1)
+            msgs += got
+            errors += errs
+        assert msgs == [Abort(1), Abort(2), Shutdown()]
+        assert len(errors) == 3 and all(isinstance(e, Error) and e.rid is None for e in errors)
+        io.send([Load(0, 0, 0, 0, 10)], block=False)
+        assert peer.poll(5000) and decode_frame(peer.recv()) == [Load(0, 0, 0, 0, 10)]
+    finally:
+        peer.close(linger=0)
+        ctx.term()
+        io.close(linger_ms=0)
