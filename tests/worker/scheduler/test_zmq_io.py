@@ -6,7 +6,15 @@ from pathlib import Path
 
 import msgpack
 import zmq
-from minisgl_worker.protocol import Abort, Error, Load, Shutdown, decode_frame, encode_frame
+from minisgl_worker.protocol import (
+    Abort,
+    Error,
+    Load,
+    RouterMsg,
+    Shutdown,
+    decode_frame,
+    encode_frame,
+)
 from minisgl_worker.scheduler import ZmqIO
 
 
@@ -23,7 +31,8 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
         peer.send(msgpack.packb({"v": 2, "msgs": []}))
         peer.send(msgpack.packb({"v": 1, "msgs": [bad_sampling]}))
         peer.send(encode_frame([Abort(2), Shutdown()]))
-        msgs, errors = [], []
+        msgs: list[RouterMsg] = []
+        errors: list[Error] = []
         for _ in range(50):
             if len(msgs) + len(errors) == 6:
                 break
