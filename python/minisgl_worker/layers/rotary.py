@@ -41,6 +41,9 @@ def _inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor
 
 
 class RotaryEmbedding(nn.Module):
+    cos: torch.Tensor  # (max_positions, D/2) float32 buffers, never cast to the model dtype
+    sin: torch.Tensor
+
     def __init__(
         self, head_dim: int, max_positions: int, theta: float, scaling: RopeScaling
     ) -> None:
