@@ -121,18 +121,26 @@ impl ChatFormat {
 }
 
 impl Format for ChatFormat {
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>, first: bool) -> Value {
-        let delta = match (first, finish) {
-            (true, _) => json!({"role": "assistant", "content": ""}),
-            (false, Some(_)) => json!({}),
-            (false, None) => json!({"content": piece.text}),
+    fn opening_chunk(&mut self) -> Option<Value> {
+        let delta = json!({"role": "assistant", "content": ""});
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
+        Some(self.head.object("chat.completion.chunk", json!([choice])))
+    }
+
+    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value {
+        let (delta, logprobs) = match finish {
+            Some(_) => (json!({}), Value::Null),
+            None => (
+                json!({"content": piece.text}),
+                self.logprobs(&piece.logprobs),
+            ),
         };
-        let logprobs = if first || finish.is_some() {
-            Value::Null
-        } else {
-            self.logprobs(&piece.logprobs)
-        };
-        let choice = json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish.map(finish_reason)});
+        let choice = json!({
+            "index": 0,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish.map(finish_reason),
+        });
         self.head.object("chat.completion.chunk", json!([choice]))
     }
 

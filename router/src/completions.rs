@@ -101,13 +101,17 @@ impl CompletionFormat {
 }
 
 impl Format for CompletionFormat {
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>, first: bool) -> Value {
-        let logprobs = if first {
-            Value::Null
-        } else {
-            self.logprobs(&piece.logprobs)
-        };
-        let choice = json!({"index": 0, "text": piece.text, "logprobs": logprobs, "finish_reason": finish.map(finish_reason)});
+    fn opening_chunk(&mut self) -> Option<Value> {
+        None
+    }
+
+    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value {
+        let choice = json!({
+            "index": 0,
+            "text": piece.text,
+            "logprobs": self.logprobs(&piece.logprobs),
+            "finish_reason": finish.map(finish_reason),
+        });
         self.head.object("text_completion", json!([choice]))
     }
 

@@ -16,8 +16,10 @@ use crate::state::unix_now;
 use crate::worker::protocol::Finish;
 
 pub trait Format: Send + 'static {
-    /// A streamed chunk: the first one (`first`), a piece of text, or the finish.
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>, first: bool) -> Value;
+    /// The chunk that opens a stream, if the endpoint has one (chat's `role`).
+    fn opening_chunk(&mut self) -> Option<Value>;
+    /// A streamed chunk: a piece of text, or the finish.
+    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value;
     fn usage_chunk(&self, usage: Usage) -> Value;
     fn complete(&mut self, piece: &Piece, finish: Finish, usage: Usage) -> Value;
 }
@@ -43,17 +45,15 @@ pub async fn respond<F: Format>(
     // a 200 followed by an error event.
     let first = generation.next().await.transpose()?;
     let events = async_stream::stream! {
-        let mut started = false;
+        if let Some(opening) = format.opening_chunk() {
+            yield data(&opening);
+        }
         let mut update = first;
         while let Some(current) = update.take() {
-            if !started {
-                started = true;
-                yield data(&format.chunk(&Piece::default(), None, true));
-            }
             match current {
-                Update::Piece(piece) => yield data(&format.chunk(&piece, None, false)),
+                Update::Piece(piece) => yield data(&format.chunk(&piece, None)),
                 Update::Finished(finish) => {
-                    yield data(&format.chunk(&Piece::default(), Some(finish), false));
+                    yield data(&format.chunk(&Piece::default(), Some(finish)));
                     if include_usage {
                         yield data(&format.usage_chunk(generation.usage()));
                     }

@@ -154,3 +154,32 @@ async fn models_and_health() {
         (StatusCode::OK, json!("ok"))
     );
 }
+
+#[tokio::test]
+async fn completion_stream_has_text_chunks_only() {
+    let s = Setup::normal().await;
+    let body = json!({"model": "tiny", "prompt": [[5, 6]], "max_tokens": 4, "stream": true});
+    let (status, text) = send(s.app(), post("/v1/completions", body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(chunks.iter().all(|c| c["object"] == "text_completion"));
+    assert!(chunks[..chunks.len() - 1]
+        .iter()
+        .all(|c| c["choices"][0]["finish_reason"].is_null()));
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    let reply = s.state.tokenizer.encode_blocking(ANSWER, false);
+    assert_eq!(streamed, s.state.tokenizer.decode(&reply[..4]));
+    assert_eq!(s.fake.log.lock().unwrap().generated[0].1, [5, 6]);
+}

@@ -41,6 +41,8 @@ pub(super) struct Inner {
     load: Mutex<Option<Load>>,
     /// Shutdown was asked for: the worker going away is expected, not an error.
     stopping: AtomicBool,
+    /// It said `ready` once (it may be dead since).
+    was_ready: AtomicBool,
 }
 
 #[derive(Default)]
@@ -68,6 +70,7 @@ impl WorkerClient {
             state: watch::channel(WorkerState::Connecting).0,
             load: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            was_ready: AtomicBool::new(false),
         });
         tokio::spawn(super::socket::run(inner.clone(), outgoing));
         Self { inner }
@@ -153,12 +156,23 @@ impl WorkerClient {
 
     pub fn shutdown(&self) {
         self.inner.stopping.store(true, Ordering::Relaxed);
-        self.inner.send(RouterMsg::Shutdown);
+        if !matches!(self.state(), WorkerState::Dead(_)) {
+            self.inner.send(RouterMsg::Shutdown);
+        }
     }
 
     /// The worker is gone: mark it dead and end every request it was serving.
     pub fn fail(&self, reason: &str) {
         self.inner.fail(reason);
+    }
+
+    /// Shutdown was asked for (its exit is expected).
+    pub fn was_ready(&self) -> bool {
+        self.inner.was_ready.load(Ordering::Relaxed)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::Relaxed)
     }
 
     pub fn in_flight(&self) -> usize {
@@ -176,6 +190,7 @@ impl Inner {
         self.state.send_if_modified(|s| {
             let connecting = matches!(s, WorkerState::Connecting);
             if connecting {
+                self.was_ready.store(true, Ordering::Relaxed);
                 *s = WorkerState::Ready(ready);
             }
             connecting

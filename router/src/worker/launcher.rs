@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
 
-use super::client::WorkerClient;
+use super::client::{WorkerClient, WorkerState};
 use super::protocol::Ready;
 
 /// How long a worker gets to exit after `shutdown` before SIGTERM, and after SIGTERM
@@ -162,12 +162,17 @@ async fn supervise(
         Ok(s) => s.to_string(),
         Err(e) => format!("unknown status ({e})"),
     };
-    let when = if client.is_ready() {
+    let when = if client.was_ready() {
         ""
     } else {
         " before it was ready"
     };
-    client.fail(&format!("worker {index} exited{when} ({status})"));
+    let message = format!("worker {index} exited{when} ({status})");
+    if matches!(client.state(), WorkerState::Dead(_)) && !client.is_stopping() {
+        // The socket noticed first; the exit status still tells why.
+        tracing::error!("{message}");
+    }
+    client.fail(&message);
     let _ = exited.send(true);
 }
 
