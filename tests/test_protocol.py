@@ -5,7 +5,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-
 from minisgl_worker.protocol import (
     Abort,
     Generate,
@@ -70,3 +69,31 @@ def test_garbage_bytes_are_a_protocol_error() -> None:
 def test_roundtrip_preserves_batches_in_order() -> None:
     msgs = [Abort(rid=i) for i in range(100)]
     assert decode_frame(encode_frame(msgs)) == msgs
+
+
+def _generate_with_sampling(sampling: object) -> bytes:
+    msg = {"type": "generate", "rid": 1, "input_ids": [1], "sampling": sampling}
+    return msgpack.packb({"v": 1, "msgs": [msg]})
+
+
+def test_sampling_must_carry_every_documented_key() -> None:
+    partial = {"temperature": 0.5}
+    with pytest.raises(ProtocolError, match="exactly the keys"):
+        decode_frame(_generate_with_sampling(partial))
+
+
+def test_sampling_with_an_unknown_key_is_a_protocol_error() -> None:
+    wire = msgpack.unpackb(
+        encode_frame([Generate(rid=1, input_ids=[1], sampling=SamplingParams())])
+    )
+    sampling = {**wire["msgs"][0]["sampling"], "beam_width": 4}
+    with pytest.raises(ProtocolError, match="exactly the keys"):
+        decode_frame(_generate_with_sampling(sampling))
+
+
+def test_non_map_sampling_and_outputs_are_protocol_errors() -> None:
+    with pytest.raises(ProtocolError):
+        decode_frame(_generate_with_sampling([0.5]))
+    step = {"type": "step", "outputs": ["token"]}
+    with pytest.raises(ProtocolError, match="step output must be a map"):
+        decode_frame(msgpack.packb({"v": 1, "msgs": [step]}))

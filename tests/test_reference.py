@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from minisgl_worker.default_model import ensure_default_model
 from minisgl_worker.protocol import SamplingParams
 
@@ -30,17 +29,14 @@ def transformers_greedy(model_dir: Path, prompts: list[list[int]]) -> list[list[
     outputs = []
     for ids in prompts:  # one at a time: no padding effects in the reference
         with torch.no_grad():
-            out = model.generate(
-                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False
-            )
+            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)
         outputs.append(out[0, len(ids) :].tolist())
     return outputs
 
 
 def test_greedy_tokens_match_transformers(model_dir: Path) -> None:
-    from tokenizers import Tokenizer
-
     from minisgl_worker import LLM
+    from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     prompts = [tokenizer.encode(p, add_special_tokens=False).ids for p in PROMPTS]

@@ -8,7 +8,7 @@ bytes match the Rust side (tests/data/protocol/ holds the golden vectors both si
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -112,9 +112,9 @@ class Load:
     kv_total: int
 
 
-RouterMsg = Union[Generate, Abort, Shutdown]
-WorkerMsg = Union[Ready, Step, Error, Load]
-Msg = Union[RouterMsg, WorkerMsg]
+RouterMsg = Generate | Abort | Shutdown
+WorkerMsg = Ready | Step | Error | Load
+Msg = RouterMsg | WorkerMsg
 
 _BY_TYPE: dict[str, type] = {
     cls.TYPE: cls for cls in (Generate, Abort, Shutdown, Ready, Step, Error, Load)
@@ -157,24 +157,33 @@ def _from_wire(raw: Any) -> Msg:
     if missing:
         raise ProtocolError(f"{raw['type']}: missing fields {missing}")
     kwargs = {n: raw[n] for n in names}
-    if cls is Generate:
-        kwargs["sampling"] = SamplingParams(**kwargs["sampling"])
-    if cls is Step:
-        kwargs["outputs"] = [
-            TokenOutput(
-                **{
-                    **o,
-                    "top_logprobs": None
-                    if o["top_logprobs"] is None
-                    else [(t, lp) for t, lp in o["top_logprobs"]],
-                }
-            )
-            for o in kwargs["outputs"]
-        ]
     try:
+        if cls is Generate:
+            kwargs["sampling"] = _sampling_from_wire(kwargs["sampling"])
+        if cls is Step:
+            kwargs["outputs"] = [_output_from_wire(o) for o in kwargs["outputs"]]
         return cls(**kwargs)  # type: ignore[no-any-return]
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise ProtocolError(f"{raw['type']}: {e}") from e
+
+
+def _sampling_from_wire(raw: Any) -> SamplingParams:
+    names = [f.name for f in fields(SamplingParams)]
+    if not isinstance(raw, dict) or sorted(raw) != sorted(names):
+        keys = sorted(raw) if isinstance(raw, dict) else raw
+        raise ProtocolError(
+            f"sampling must be a map with exactly the keys {names}; got {keys!r:.200}"
+        )
+    return SamplingParams(**raw)
+
+
+def _output_from_wire(raw: Any) -> TokenOutput:
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"step output must be a map; got {raw!r:.80}")
+    top = raw.get("top_logprobs")
+    if top is not None:
+        raw = {**raw, "top_logprobs": [(t, lp) for t, lp in top]}
+    return TokenOutput(**raw)
 
 
 def encode_frame(msgs: list[Msg]) -> bytes:

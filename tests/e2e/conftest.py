@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
 import pytest
+import requests
 from openai import OpenAI
 
 READY_TIMEOUT_S = 900  # first use converts the default model

@@ -1,7 +1,7 @@
 """Bad input gets a clear OpenAI-shaped error, never a hang or a 500."""
 
-import requests
 import pytest
+import requests
 
 from tests.e2e.conftest import Server
 
@@ -41,7 +41,9 @@ def test_prompt_longer_than_context_is_400_naming_the_limit(server: Server) -> N
 
 
 def test_max_tokens_past_the_context_is_400(server: Server) -> None:
-    resp = post(server, "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 9000})
+    resp = post(
+        server, "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 9000}
+    )
     body = error_of(resp, 400)
     assert "8192" in body["message"]
 
