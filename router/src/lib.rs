@@ -13,6 +13,7 @@ pub mod generate;
 pub mod openai;
 pub mod params;
 pub mod policy;
+pub mod radix;
 pub mod respond;
 pub mod run;
 pub mod server;

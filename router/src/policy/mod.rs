@@ -1,8 +1,10 @@
-//! Which worker serves a request. Round-robin now; a cache-aware policy (prefix index over
-//! token ids) plugs in through the same trait.
+//! Which worker serves a request: cache-aware (prefix index over token ids) by default,
+//! round-robin as the simple alternative.
 
+mod cache_aware;
 mod round_robin;
 
+pub use cache_aware::CacheAware;
 pub use round_robin::RoundRobin;
 
 use crate::worker::WorkerClient;
@@ -13,5 +15,5 @@ pub trait Policy: Send + Sync {
 }
 
 pub fn create_policy() -> Box<dyn Policy> {
-    Box::new(RoundRobin::default())
+    Box::new(CacheAware::new())
 }
