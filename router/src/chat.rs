@@ -106,7 +106,8 @@ impl ChatFormat {
         }
         let entry = |token: u32, logprob: f64| {
             let text = self.tokenizer.token_text(token);
-            json!({"token": text, "logprob": logprob, "bytes": text.as_bytes()})
+            let bytes = self.tokenizer.token_bytes(token);
+            json!({"token": text, "logprob": logprob, "bytes": bytes})
         };
         let content: Vec<Value> = entries
             .iter()

@@ -1,8 +1,11 @@
 //! The model's tokenizer (tokenizer.json through the HF `tokenizers` crate). Encoding a long
 //! prompt takes milliseconds, so it runs on tokio's blocking pool, never on a runtime thread.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use tokenizers::decoders::DecoderWrapper;
 
 use crate::error::ApiError;
 
@@ -56,9 +59,41 @@ impl Tokenizer {
         }
     }
 
+    /// The raw bytes of one token (logprobs' `bytes`): for byte-level BPE the vocabulary string
+    /// maps back to bytes exactly, even for a token that holds half a character.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let byte_level = matches!(self.inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
+        if let (true, Some(piece)) = (byte_level, self.inner.id_to_token(id)) {
+            let table = byte_level_table();
+            if let Some(bytes) = piece.chars().map(|c| table.get(&c).copied()).collect() {
+                return bytes;
+            }
+        }
+        self.token_text(id).into_bytes()
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// GPT-2's byte-level alphabet, inverted: the char that stands for each byte -> the byte.
+fn byte_level_table() -> &'static HashMap<char, u8> {
+    static TABLE: OnceLock<HashMap<char, u8>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut shifted = 0u32;
+        (0..=255u8)
+            .map(|b| {
+                if printable(b) {
+                    (char::from(b), b)
+                } else {
+                    shifted += 1;
+                    (char::from_u32(255 + shifted).expect("valid char"), b)
+                }
+            })
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -93,6 +128,16 @@ pub(crate) mod tests {
         assert_eq!(ids.last(), Some(&2));
         assert_eq!(tok.decode(&ids), "user\nhi");
         assert_eq!(tok.token_text(2), "<|im_end|>");
+    }
+
+    #[test]
+    fn token_bytes_are_exact_even_for_half_characters() {
+        let tok = tiny();
+        let text = "日本 🎉 café";
+        let ids = tok.encode_blocking(text, false);
+        let bytes: Vec<u8> = ids.iter().flat_map(|&t| tok.token_bytes(t)).collect();
+        assert_eq!(bytes, text.as_bytes());
+        assert_eq!(tok.token_bytes(2), b"<|im_end|>");
     }
 
     #[test]
