@@ -10,6 +10,7 @@ import sys
 from types import FrameType
 
 from .engine import Engine, EngineConfig
+from .kvcache import CACHE_KINDS
 from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, serve
 
@@ -45,6 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="KV capacity in tokens; 0: 1 GiB worth on CPU, 85%% of free memory on CUDA",
     )
     p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
+    p.add_argument(
+        "--cache", default="radix", choices=list(CACHE_KINDS),
+        help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
+    )
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     return p.parse_args(argv)
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         attention_backend=args.attention_backend,
     )
     engine = Engine(config)
-    scheduler = Scheduler(engine, chunk_size=args.chunk_size)
+    scheduler = Scheduler(engine, chunk_size=args.chunk_size, prefix_cache=args.cache)
     cfg = engine.model_config
     ready = Ready(
         model=engine.model_name, vocab_size=cfg.vocab_size, max_context=engine.max_context,

@@ -1,7 +1,7 @@
 """The offline API: scheduler and engine in this process, no sockets.
 
     from minisgl_worker.llm import LLM
-    llm = LLM("path/to/model", page_size=4)
+    llm = LLM("path/to/model", page_size=4, cache="radix")
     llm.generate(["Hello"], SamplingParams(max_new_tokens=8))
 """
 
@@ -18,12 +18,15 @@ __all__ = ["LLM", "SamplingParams"]
 
 
 class LLM:
-    def __init__(self, model_path: str | Path, chunk_size: int = 8192, **engine_options: Any):
-        """engine_options are EngineConfig fields: device, dtype, page_size, max_running,
-        kv_tokens, load_format, ..."""
+    def __init__(
+        self, model_path: str | Path, chunk_size: int = 8192, cache: str = "radix",
+        **engine_options: Any,
+    ):
+        """cache: the prefix cache, "radix" or "naive". engine_options are EngineConfig
+        fields: device, dtype, page_size, max_running, kv_tokens, load_format, ..."""
         self.model_path = Path(model_path)
         self.engine = Engine(EngineConfig(model_path=str(model_path), **engine_options))
-        self.scheduler = Scheduler(self.engine, chunk_size=chunk_size)
+        self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache)
         self._tokenizer: Any = None
         self._next_rid = 0
 

@@ -6,19 +6,27 @@ from .allocator import PageAllocator
 from .base import BasePrefixCache, CacheSizes, PrefixMatch
 from .naive import NaiveCache
 from .pool import MHAKVPool
+from .radix import RadixCache
 
 __all__ = [
+    "CACHE_KINDS",
     "BasePrefixCache",
     "CacheSizes",
     "MHAKVPool",
     "NaiveCache",
     "PageAllocator",
     "PrefixMatch",
+    "RadixCache",
     "create_prefix_cache",
 ]
 
 
-def create_prefix_cache(kind: str) -> BasePrefixCache:
+CACHE_KINDS = ("radix", "naive")
+
+
+def create_prefix_cache(kind: str, page_size: int) -> BasePrefixCache:
+    if kind == "radix":
+        return RadixCache(page_size)
     if kind == "naive":
         return NaiveCache()
-    raise ValueError(f"unknown prefix cache {kind!r} (the radix cache is not built yet)")
+    raise ValueError(f"unknown prefix cache {kind!r}; expected one of {CACHE_KINDS}")

@@ -13,6 +13,9 @@ class PageAllocator:
     def num_free(self) -> int:
         return len(self._free)
 
+    def free_pages(self) -> list[int]:
+        return list(self._free)
+
     def can_allocate(self, n: int) -> bool:
         return n <= len(self._free)
 

@@ -2,7 +2,8 @@
 
 Units are pages (page-aligned token prefixes): a cache only stores whole pages. A request
 that matched a prefix holds a handle; `lock` it while the request runs so eviction cannot
-take its pages, `unlock` when it ends."""
+take its pages, `unlock` when it ends. The matched pages are only safe to use while the
+handle is locked."""
 
 from __future__ import annotations
 
@@ -46,3 +47,11 @@ class BasePrefixCache(ABC):
 
     @abstractmethod
     def sizes(self) -> CacheSizes: ...
+
+    @abstractmethod
+    def pages(self) -> list[int]:
+        """Every page the cache holds (for integrity checks: O(cache size))."""
+
+    @abstractmethod
+    def check_integrity(self) -> None:
+        """Assert the cache's own invariants (O(cache size); tests and debugging)."""

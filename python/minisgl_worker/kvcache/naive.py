@@ -25,3 +25,9 @@ class NaiveCache(BasePrefixCache):
 
     def sizes(self) -> CacheSizes:
         return CacheSizes(evictable_pages=0, protected_pages=0)
+
+    def pages(self) -> list[int]:
+        return []
+
+    def check_integrity(self) -> None:
+        pass

@@ -1,11 +1,13 @@
 """CacheManager: a running request's pages. It matches and locks a prefix when a request
 is admitted, allocates pages as the request grows (evicting unlocked cache pages when the
-free list runs short), writes the page table, and on release hands finished prefixes to
-the prefix cache and frees the rest exactly once.
+free list runs short), writes the page table, offers computed prompt pages to the prefix
+cache as prefill progresses (`share_prefix`), and on release offers everything computed,
+then frees the rest exactly once.
 
 Invariant: every page is in exactly one place: the free list, the prefix cache, or
-`self._pages[rid]` of one running request (a locked prefix is in both the cache and the
-request's list, and only the cache frees it)."""
+`self._pages[rid]` of one running request. A request's pages are `[cache-owned prefix,
+locked by it] + [its own pages]`; only the cache frees the first part (`check_integrity`).
+"""
 
 from __future__ import annotations
 
@@ -65,19 +67,60 @@ class CacheManager:
         self._pages[req.rid] += self.allocator.allocate(need)
         return self._write_table(req, req.cached_len, new_len)
 
-    def release(self, req: Req, finished: bool) -> None:
-        """Give back every page the request holds; a finished one offers its prefix to the
-        cache. Called exactly once per admission (asserted by the pop)."""
-        pages = self._pages.pop(req.rid)
-        handle, num_prefix = self._prefix.pop(req.rid)
-        if finished:
-            full = req.cached_len // self.page_size
-            ids = req.all_ids[: full * self.page_size]
-            to_free = self.prefix_cache.insert(ids, pages[:full]) + pages[full:]
-        else:
-            to_free = pages[num_prefix:]
+    def share_prefix(self, req: Req) -> None:
+        """Offer the request's computed full pages to the cache so that requests admitted
+        from now on reuse them, and move its lock to the longer prefix. Where the cache
+        already held some of those tokens (another request computed them concurrently), the
+        request switches to the cache's pages and frees its duplicates."""
+        handle, num_shared = self._prefix[req.rid]
+        full = req.cached_len // self.page_size
+        if full <= num_shared:
+            return
+        pages = self._pages[req.rid]
+        ids = req.token_slice(0, full * self.page_size)
+        not_kept = set(self.prefix_cache.insert(ids, pages[:full]))
+        match = self.prefix_cache.match_prefix(ids)
+        shared = len(match.pages)
+        assert shared >= num_shared and not_kept.issuperset(pages[shared:full])
+        self.prefix_cache.lock(match.handle)
         self.prefix_cache.unlock(handle)
-        self.allocator.free(to_free)
+        self._prefix[req.rid] = (match.handle, shared)
+        duplicates = [p for p in pages[num_shared:shared] if p in not_kept]
+        if duplicates:
+            self.allocator.free(duplicates)
+            pages[:shared] = match.pages
+            self._write_table(req, 0, shared * self.page_size)
+
+    def release(self, req: Req) -> None:
+        """Give back every page the request holds: its computed full pages go to the cache
+        (finished, aborted or retracted alike: their KV is valid), the rest to the free
+        list. Called exactly once per admission (asserted by the pop)."""
+        pages = self._pages.pop(req.rid)
+        handle, num_shared = self._prefix.pop(req.rid)
+        full = req.cached_len // self.page_size
+        if full > num_shared:
+            ids = req.token_slice(0, full * self.page_size)
+            not_kept = self.prefix_cache.insert(ids, pages[:full])
+        else:
+            full, not_kept = num_shared, []
+        self.prefix_cache.unlock(handle)
+        self.allocator.free(not_kept + pages[full:])
+
+    def check_integrity(self) -> None:
+        """Every page is free, cached, or owned by one request, exactly once; each request's
+        shared prefix is in the cache. O(pool size): for tests and debugging."""
+        self.prefix_cache.check_integrity()
+        free = self.allocator.free_pages()
+        cached = self.prefix_cache.pages()
+        owned = [p for rid, pages in self._pages.items() for p in pages[self._prefix[rid][1]:]]
+        everything = free + cached + owned
+        assert len(everything) == len(set(everything)) == self.allocator.num_pages, (
+            f"{len(free)} free + {len(cached)} cached + {len(owned)} owned pages, "
+            f"{len(set(everything))} distinct, pool {self.allocator.num_pages}"
+        )
+        cached_set = set(cached)
+        for rid, pages in self._pages.items():
+            assert cached_set.issuperset(pages[: self._prefix[rid][1]]), f"rid {rid} prefix"
 
     def _write_table(self, req: Req, start: int, end: int) -> torch.Tensor:
         device = self.page_table.device

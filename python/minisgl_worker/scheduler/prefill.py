@@ -39,7 +39,7 @@ class PrefillAdder:
         extend = min(req.remain_len, self.budget, room)
         if extend <= 0 or (is_new and room < req.remain_len):
             if is_new:  # undo the admission; it stays at the head of the queue
-                self.cache.release(req, finished=False)
+                self.cache.release(req)
                 self.table.free(req.table_idx)
                 req.table_idx, req.cached_len, req.device_len = -1, 0, 0
             return False

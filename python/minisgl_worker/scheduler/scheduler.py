@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "naive"):
+    def __init__(self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix"):
         assert chunk_size >= 1
         self.engine = engine
         self.chunk_size = chunk_size
@@ -36,7 +36,8 @@ class Scheduler:
         self.table = TableManager(engine.page_table)
         self.allocator = PageAllocator(engine.kv_pool.num_pages)
         self.cache = CacheManager(
-            self.allocator, create_prefix_cache(prefix_cache), engine.page_table, self.page_size
+            self.allocator, create_prefix_cache(prefix_cache, self.page_size), engine.page_table,
+            self.page_size,
         )
         self.reqs: dict[int, Req] = {}  # every live request, by rid
         self.waiting: deque[Req] = deque()
@@ -141,6 +142,8 @@ class Scheduler:
     def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
         for req in batch.reqs:
             req.cached_len = req.device_len
+        for req in self.prefilling:  # share computed prompt pages with later arrivals
+            self.cache.share_prefix(req)
         outputs = []
         for i, req in enumerate(batch.sample_reqs):
             token = out.next_tokens_cpu[i]
@@ -172,13 +175,13 @@ class Scheduler:
 
     def _end(self, req: Req, status: ReqStatus) -> None:
         if req.status == ReqStatus.RUNNING:
-            self.cache.release(req, finished=status == ReqStatus.FINISHED)
+            self.cache.release(req)
             self.table.free(req.table_idx)
         req.status, req.table_idx = status, -1
         del self.reqs[req.rid]
 
     def _retract(self, req: Req) -> None:
-        self.cache.release(req, finished=False)
+        self.cache.release(req)
         self.table.free(req.table_idx)
         req.status, req.table_idx, req.cached_len, req.device_len = ReqStatus.WAITING, -1, 0, 0
         self.waiting.appendleft(req)

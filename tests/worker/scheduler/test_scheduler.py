@@ -34,6 +34,7 @@ def run(sched: Scheduler, msgs: list[Generate], steps: int = 10_000) -> dict[int
         for o in sched.step():
             outs.setdefault(o.rid, []).append(o)
         sched.check_invariants()
+        sched.cache.check_integrity()
     return outs
 
 
@@ -43,7 +44,10 @@ def tokens(outs: list[TokenOutput]) -> list[int]:
 
 def assert_all_free(sched: Scheduler) -> None:
     sched.check_invariants()
-    assert not sched.reqs and sched.allocator.num_free == sched.allocator.num_pages
+    sched.cache.check_integrity()
+    sizes = sched.cache.prefix_cache.sizes()
+    assert not sched.reqs and sizes.protected_pages == 0
+    assert sched.allocator.num_free + sizes.evictable_pages == sched.allocator.num_pages
     assert sched.table.num_free == sched.table.max_running
 
 

@@ -42,8 +42,12 @@ def test_random_traffic_keeps_the_books(
         else:
             sched.step()
         sched.check_invariants()
+        sched.cache.check_integrity()
     while sched.has_work:
         sched.step()
         sched.check_invariants()
-    assert sched.allocator.num_free == sched.allocator.num_pages
+        sched.cache.check_integrity()
+    sizes = sched.cache.prefix_cache.sizes()
+    assert sizes.protected_pages == 0
+    assert sched.allocator.num_free + sizes.evictable_pages == sched.allocator.num_pages
     assert sched.table.num_free == sched.table.max_running
