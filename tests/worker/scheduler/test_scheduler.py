@@ -18,8 +18,9 @@ GREEDY = SamplingParams(max_new_tokens=12, ignore_eos=True)
 
 @pytest.fixture
 def make_scheduler(engine_factory: Any, tiny_llama: tuple[Path, Any]) -> Iterator[Any]:
-    def make(chunk_size: int = 8192, **options: Any) -> Scheduler:
-        return Scheduler(engine_factory(tiny_llama[0], **options), chunk_size=chunk_size)
+    def make(chunk_size: int = 8192, prefix_cache: str = "radix", **options: Any) -> Scheduler:
+        engine = engine_factory(tiny_llama[0], **options)
+        return Scheduler(engine, chunk_size=chunk_size, prefix_cache=prefix_cache)
 
     yield make
 
@@ -70,6 +71,24 @@ def test_small_chunks_and_a_small_pool_give_the_same_tokens(
     got = run(sched, [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS)])
     assert {r: tokens(o) for r, o in got.items()} == {r: tokens(o) for r, o in ref.items()}
     assert "retracted" in caplog.text
+    assert_all_free(sched)
+
+
+def test_the_radix_cache_does_not_change_greedy_outputs(make_scheduler: Any) -> None:
+    shared = PROMPTS[5][:13]
+    prompts = [shared + p[:k] for k, p in zip([0, 1, 4, 7, 9, 3], PROMPTS)] + [shared * 2]
+    msgs = [Generate(i, p, GREEDY) for i, p in enumerate(prompts)]
+    naive = run(make_scheduler(page_size=2, prefix_cache="naive"), msgs)
+    sched = make_scheduler(page_size=2, chunk_size=16)
+    first = run(sched, msgs[:1])  # computes and caches the shared prefix
+    rest = run(sched, msgs[1:])  # match it; chunks of 16 share it among themselves too
+    again = run(sched, [Generate(10 + i, p, GREEDY) for i, p in enumerate(prompts)])
+    want = {r: tokens(o) for r, o in naive.items()}
+    assert {r: tokens(o) for r, o in {**first, **rest}.items()} == want
+    assert {r - 10: tokens(o) for r, o in again.items()} == want
+    assert all(o[0].cached_tokens == 0 for o in naive.values())
+    assert all(o[0].cached_tokens >= 12 for o in rest.values())  # the shared 13, paged
+    assert all(o[0].cached_tokens >= len(p) - 2 for o, p in zip(again.values(), prompts))
     assert_all_free(sched)
 
 

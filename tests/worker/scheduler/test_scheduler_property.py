@@ -1,5 +1,7 @@
 """Random interleavings of generate / abort / step on a tiny pool: the accounting invariants
-hold after every operation, and once every request has ended all pages and slots are free."""
+hold after every operation (with the cache's full integrity check), and once every request
+has ended every page is free or evictable and every slot is free. Prompts share prefixes
+so that the radix cache matches, splits and evicts under load."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from minisgl_worker.protocol import Generate, SamplingParams
 from minisgl_worker.scheduler import Scheduler
 
+SHARED = [(7 * i) % 250 + 3 for i in range(30)]
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("generate"), st.integers(1, 30), st.integers(1, 6)),
@@ -23,17 +26,18 @@ OPS = st.lists(
 
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, page_size=st.sampled_from([1, 4]), chunk=st.sampled_from([5, 64]))
+@given(ops=OPS, page_size=st.sampled_from([1, 4]), chunk=st.sampled_from([5, 64]),
+       cache=st.sampled_from(["radix", "naive"]))
 def test_random_traffic_keeps_the_books(
     engine_factory: Any, tiny_llama: tuple[Path, Any], ops: list[tuple[str, int, int]],
-    page_size: int, chunk: int,
+    page_size: int, chunk: int, cache: str,
 ) -> None:
     engine = engine_factory(tiny_llama[0], kv_tokens=64, page_size=page_size, max_running=3)
-    sched = Scheduler(engine, chunk_size=chunk)
+    sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache)
     rid = 0
     for op, a, b in ops:
         if op == "generate":
-            prompt = [(7 * i + rid) % 250 + 3 for i in range(a)]
+            prompt = SHARED[:a] + [rid % 3 + 3] * (rid % 4)
             sp = SamplingParams(max_new_tokens=b, ignore_eos=True)
             assert sched.add_request(Generate(rid, prompt, sp)) is None
             rid += 1
