@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
     )
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
+    p.add_argument(
+        "--cuda-graph-max-bs", type=int, default=-1,
+        help="largest decode batch run as a CUDA graph; -1: 256 on GPUs with >= 80 GiB, "
+        "else 128; 0: none",
+    )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     return p.parse_args(argv)
 
@@ -76,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     config = EngineConfig(
         model_path=args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
-        attention_backend=args.attention_backend,
+        attention_backend=args.attention_backend, chunk_size=args.chunk_size,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
     )
     engine = Engine(config)
     scheduler = Scheduler(engine, chunk_size=args.chunk_size, prefix_cache=args.cache)

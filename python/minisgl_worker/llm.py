@@ -25,7 +25,9 @@ class LLM:
         """cache: the prefix cache, "radix" or "naive". engine_options are EngineConfig
         fields: device, dtype, page_size, max_running, kv_tokens, load_format, ..."""
         self.model_path = Path(model_path)
-        self.engine = Engine(EngineConfig(model_path=str(model_path), **engine_options))
+        self.engine = Engine(
+            EngineConfig(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
+        )
         self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache)
         self._tokenizer: Any = None
         self._next_rid = 0

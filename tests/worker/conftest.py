@@ -37,6 +37,7 @@ def save_tiny_model(path: Path, arch: str = "llama", **overrides: Any) -> Any:
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
     }[arch]
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()

@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from ..core import Batch, get_global_ctx
@@ -55,20 +56,32 @@ def paged_kv_meta(
 ) -> PagedKVMeta:
     """Metadata for requests at page-table `rows` holding `kv_lens` tokens (their new ones
     included) and extending by `q_lens`. The page table holds a slot (page * page_size +
-    offset) per position, so a page's id is the slot of its first position // page_size."""
-    pages = [-(-n // page_size) for n in kv_lens]
-    firsts = [page_table[r, : n * page_size : page_size] for r, n in zip(rows, pages)]
-    kv_indices = torch.cat(firsts).to(torch.int32)
+    offset) per position, so a page's id is the slot of its first position // page_size.
+    One gather for the whole batch (index lists built with numpy, copied without a sync):
+    a per-request slice costs ~5 us of host time each, 1.3 ms at batch 256."""
+    lens = np.asarray(kv_lens, dtype=np.int64)
+    pages = (lens + page_size - 1) // page_size
+    indptr = np.zeros(len(pages) + 1, dtype=np.int64)
+    np.cumsum(pages, out=indptr[1:])
+    row_idx = np.repeat(np.asarray(rows, dtype=np.int64), pages)
+    col_idx = (np.arange(indptr[-1]) - np.repeat(indptr[:-1], pages)) * page_size
+    device = page_table.device
+    kv_indices = page_table[_to_device(row_idx, device), _to_device(col_idx, device)]
     if page_size > 1:
         kv_indices = kv_indices // page_size
     return PagedKVMeta(
         qo_indptr=_indptr(q_lens),
-        kv_indptr=_indptr(pages),
-        kv_indices=kv_indices,
-        kv_last_page_len=torch.tensor(
-            [n - (p - 1) * page_size for n, p in zip(kv_lens, pages)], dtype=torch.int32
-        ),
+        kv_indptr=torch.from_numpy(indptr.astype(np.int32)),
+        kv_indices=kv_indices.to(torch.int32),
+        kv_last_page_len=torch.from_numpy((lens - (pages - 1) * page_size).astype(np.int32)),
     )
+
+
+def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _indptr(lens: Sequence[int]) -> torch.Tensor:
@@ -235,6 +248,12 @@ def build_jit(specs: Sequence[JitSpec]) -> None:
                 return
 
 
+_EMPTY_META = PagedKVMeta(
+    torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+    torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
+)
+
+
 class FlashInferBackend(BaseAttnBackend):
     """The engine's plug: `prepare_metadata` plans, `forward` stores k/v then attends."""
 
@@ -258,9 +277,30 @@ class FlashInferBackend(BaseAttnBackend):
         self.attn.plan(*meta)
         batch.attn_metadata = meta
 
+    def plan_padded(self, batch: Batch, padded_bs: int) -> None:
+        """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size: each
+        padding row attends over one token of the pool's dummy page."""
+        ps, pad = self.kv_pool.page_size, padded_bs - batch.size
+        meta = paged_kv_meta(
+            self.page_table, [r.table_idx for r in batch.reqs],
+            [r.device_len for r in batch.reqs], batch.extend_lens, ps,
+        ) if batch.reqs else _EMPTY_META
+        indptr, indices, last = meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len
+        if pad:
+            indptr = torch.cat((indptr, indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)))
+            dummy = torch.full((pad,), self.kv_pool.dummy_page, dtype=torch.int32,
+                               device=self.page_table.device)
+            indices = torch.cat((indices.to(self.page_table.device), dummy))
+            last = torch.cat((last, torch.ones(pad, dtype=torch.int32)))
+        self.attn.plan_cuda_graph(indptr, indices, last)
+        batch.attn_metadata = meta
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
         self.kv_pool.store(layer_id, batch.out_loc, k, v)
+        # q may be a strided view of the fused qkv output (in-place RoPE); the kernels
+        # want it dense.
+        q = q.contiguous()
         return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])

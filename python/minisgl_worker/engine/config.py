@@ -18,12 +18,18 @@ class EngineConfig:
     load_format: str = "safetensors"  # or "dummy" (random weights)
     attention_backend: str = "auto"  # auto (FlashInfer on CUDA if installed) | torch | flashinfer
     cpu_kv_bytes: int = 1 << 30  # default KV budget on CPU
-    gpu_memory_fraction: float = 0.85  # of the free memory after loading, for KV on CUDA
+    # CUDA: the share of the GPU's total memory this engine may hold (weights, activations
+    # of the largest prefill chunk, CUDA graphs, KV); KV gets what the rest leaves.
+    gpu_memory_fraction: float = 0.9
+    chunk_size: int = 8192  # the scheduler's prefill token budget: sizes the profiled forward
+    cuda_graph_max_bs: int = -1  # -1: 256 on GPUs with >= 80 GiB, else 128; 0: no graphs
 
     def __post_init__(self) -> None:
         assert self.page_size >= 1, f"page_size must be >= 1; got {self.page_size}"
         assert self.max_running >= 0 and self.kv_tokens >= 0
         assert self.dtype == "auto" or self.dtype in _DTYPES, f"unknown dtype {self.dtype!r}"
+        assert 0 < self.gpu_memory_fraction <= 1 and self.chunk_size >= 1
+        assert self.cuda_graph_max_bs >= -1
 
     def resolve_device(self) -> torch.device:
         if self.device == "auto":
@@ -39,3 +45,12 @@ class EngineConfig:
         if self.max_running:
             return self.max_running
         return 256 if device.type == "cuda" else 32
+
+    def resolve_graph_max_bs(self, device: torch.device, max_running: int) -> int:
+        if device.type != "cuda":
+            return 0
+        bs = self.cuda_graph_max_bs
+        if bs < 0:
+            total = torch.cuda.get_device_properties(device).total_memory
+            bs = 256 if total >= 80 << 30 else 128
+        return min(bs, max_running)

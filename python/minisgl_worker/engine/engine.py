@@ -1,6 +1,11 @@
-"""The engine owns everything on the device: model, KV pool, page table, attention backend
-and sampler. `forward_batch` runs one batch and returns its sampled tokens; the scheduler
-owns everything else."""
+"""The engine owns everything on the device: model, KV pool, page table, attention backend,
+CUDA graphs and sampler. `forward_batch` runs one batch and returns its sampled tokens
+without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns the rest.
+
+On CUDA with FlashInfer (the default there) the model runs FlashInfer's fused RMSNorm,
+RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one parallel build at
+start, and decode batches up to `cuda_graph_max_bs` replay CUDA graphs; prefill and mixed
+batches, and larger decodes, run eagerly. On CPU everything is torch-native."""
 
 from __future__ import annotations
 
@@ -10,11 +15,14 @@ from typing import NamedTuple
 
 import torch
 
-from ..attention import create_attention_backend
+from ..attention import create_attention_backend, resolve_backend_name
+from ..attention.base import BaseAttnBackend
 from ..core import Batch, Context, clear_global_ctx, set_global_ctx
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig, create_model
 from .config import EngineConfig
+from .graph import GraphRunner
+from .memory import plan_kv_memory
 from .sampler import Sampler
 
 logger = logging.getLogger(__name__)
@@ -22,10 +30,16 @@ logger = logging.getLogger(__name__)
 
 class ForwardOutput(NamedTuple):
     next_tokens_gpu: torch.Tensor  # (B,) on the device, one per batch.sample_reqs
-    next_tokens_cpu: list[int]
+    next_tokens_cpu: torch.Tensor  # (B,) host (pinned on CUDA), valid once the event is set
     copy_done_event: torch.cuda.Event | None  # set once next_tokens_cpu is valid (CUDA)
     logprobs: list[float | None]
     top_logprobs: list[list[tuple[int, float]] | None]
+
+    def tokens(self) -> list[int]:
+        """The sampled tokens on the host; waits for this batch's copy only."""
+        if self.copy_done_event is not None:
+            self.copy_done_event.synchronize()
+        return self.next_tokens_cpu.tolist()
 
 
 class Engine:
@@ -33,15 +47,21 @@ class Engine:
         self.config = config
         self.device = config.resolve_device()
         self.dtype = config.resolve_dtype(self.device)
-        self.model_config = ModelConfig.from_hf(config.model_path)
+        self.model_config = cfg = ModelConfig.from_hf(config.model_path)
         self.model_name = Path(config.model_path).resolve().name
         self.max_running = config.resolve_max_running(self.device)
-        cfg = self.model_config
+        self.backend_name = resolve_backend_name(config.attention_backend, self.device)
         self.model = create_model(
             config.model_path, cfg, self.dtype, self.device, config.load_format
         )
+        if self.backend_name == "flashinfer" and self.dtype != torch.float32:
+            self.model.use_fused_ops()
+            self._build_jit()
+        graph_bs = config.resolve_graph_max_bs(self.device, self.max_running)
+        if self.backend_name != "flashinfer":
+            graph_bs = 0
         self.page_size = config.page_size
-        num_pages = self._num_pages()
+        num_pages = self._num_pages(graph_bs)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
             self.dtype, self.device,
@@ -51,21 +71,45 @@ class Engine:
         self.page_table = torch.zeros(
             (self.max_running, self.max_context), dtype=torch.int32, device=self.device
         )
-        self.attn_backend = create_attention_backend(
-            config.attention_backend, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
+        self.attn_backend: BaseAttnBackend = create_attention_backend(
+            self.backend_name, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
             cfg.num_heads,  # tp_size 1: every query head is local
         )
         self.sampler = Sampler(list(cfg.eos_token_ids), self.device)
         self.ctx = Context(self.attn_backend, self.kv_pool)
         set_global_ctx(self.ctx)
+        self.graphs: GraphRunner | None = None
+        if graph_bs:
+            from ..attention.flashinfer_backend import FlashInferBackend
+
+            assert isinstance(self.attn_backend, FlashInferBackend)
+            max_pages = -(-self.max_context // self.page_size)
+            with torch.inference_mode():
+                self.graphs = GraphRunner(self.model, self.attn_backend, self.ctx, graph_bs,
+                                          max_pages, self.device)
         logger.info(
-            "engine ready: %s on %s (%s, %s attention), KV %d tokens (%d pages of %d), "
-            "max_context %d", self.model_name, self.device, str(self.dtype).removeprefix("torch."),
-            type(self.attn_backend).__name__, self.kv_pool.num_slots, num_pages,
-            self.page_size, self.max_context,
+            "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d), KV %d tokens "
+            "(%d pages of %d), max_context %d", self.model_name, self.device,
+            str(self.dtype).removeprefix("torch."), type(self.attn_backend).__name__,
+            graph_bs, self.kv_pool.num_slots, num_pages, self.page_size, self.max_context,
         )
 
-    def _num_pages(self) -> int:
+    def _build_jit(self) -> None:
+        """Compile every FlashInfer module this engine uses in one parallel ninja run
+        (restored AOT modules are skipped), before any first use compiles them one by one."""
+        import time
+
+        from ..attention.flashinfer_backend import FlashInferPagedAttention, build_jit
+        from ..layers import cuda_ops
+
+        cfg, t0 = self.model_config, time.perf_counter()
+        attn = FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                                        self.config.page_size, self.dtype, self.device)
+        build_jit(attn.jit_specs() + cuda_ops.jit_specs())
+        del attn
+        logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
+
+    def _num_pages(self, graph_bs: int) -> int:
         cfg, ps = self.model_config, self.page_size
         if self.config.kv_tokens:
             return -(-self.config.kv_tokens // ps)
@@ -73,8 +117,18 @@ class Engine:
             cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype
         )
         if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = int(free * self.config.gpu_memory_fraction)
+            plan = plan_kv_memory(
+                self.model, cfg, self.backend_name, self.dtype, self.device, ps,
+                self.config.chunk_size, graph_bs, self.max_running,
+                self.config.gpu_memory_fraction,
+            )
+            budget = plan.kv_bytes
+            logger.info(
+                "GPU memory: %.2f GiB in use before KV (weights ...), prefill peak %.2f GiB, "
+                "CUDA-graph reserve %.2f GiB -> KV %.2f GiB = %d tokens",
+                plan.weights_and_rest / 2**30, plan.prefill_peak / 2**30,
+                plan.graph_reserve / 2**30, budget / 2**30, max(budget, 0) // per_token,
+            )
         else:
             budget = self.config.cpu_kv_bytes
         # No point holding more than every running request at full context.
@@ -82,26 +136,34 @@ class Engine:
         assert tokens >= ps, f"no memory left for the KV cache ({budget} bytes)"
         return tokens // ps
 
+    def _to_device(self, values: list[int]) -> torch.Tensor:
+        """A small host list on the device without a sync (pinned, non-blocking)."""
+        pin = self.device.type == "cuda"
+        t = torch.tensor(values, dtype=torch.long, pin_memory=pin)
+        return t.to(self.device, non_blocking=pin)
+
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> ForwardOutput:
-        self.attn_backend.prepare_metadata(batch)
-        indices = torch.tensor(batch.last_token_indices, dtype=torch.long, device=self.device)
-        with self.ctx.forward_batch(batch):
-            logits = self.model(batch.input_ids, batch.positions, indices)  # (B, V)
+        if self.graphs is not None and self.graphs.can_run(batch):
+            logits = self.graphs.replay(batch)  # (B, V), every request samples
+        else:
+            self.attn_backend.prepare_metadata(batch)
+            indices = self._to_device(batch.last_token_indices)
+            with self.ctx.forward_batch(batch):
+                logits = self.model(batch.input_ids, batch.positions, indices)  # (B, V)
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens_gpu = sample.tokens
         event = None
         if self.device.type == "cuda":
-            # Non-blocking copy; the (later overlap) scheduler waits on the event.
-            tokens_cpu_t = tokens_gpu.to("cpu", non_blocking=True)
+            # Non-blocking copy into pinned memory; `tokens()` waits on the event.
+            tokens_cpu = torch.empty(tokens_gpu.shape, dtype=tokens_gpu.dtype, pin_memory=True)
+            tokens_cpu.copy_(tokens_gpu, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-            event.synchronize()
         else:
-            tokens_cpu_t = tokens_gpu
-        return ForwardOutput(
-            tokens_gpu, tokens_cpu_t.tolist(), event, sample.logprobs, sample.top_logprobs
-        )
+            tokens_cpu = tokens_gpu
+        return ForwardOutput(tokens_gpu, tokens_cpu, event, sample.logprobs, sample.top_logprobs)
 
     def shutdown(self) -> None:
+        self.graphs = None
         clear_global_ctx()

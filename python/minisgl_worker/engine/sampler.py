@@ -10,7 +10,9 @@ and temperature (1 for greedy), before top-k/top-p/min-p truncation, so alternat
 the truncation removed still have finite values.
 
 Fast path: a batch of plain greedy requests (no penalties, masks or logprobs) is a single
-argmax, and greedy rows never pay for the sort that top-k/top-p needs.
+argmax, and greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
+top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA sync is what
+lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ class Sampler:
         self.device = device
 
     def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
-        """logits (B, V) float32, one row per request in `reqs`."""
+        """logits (B, V) float32, one row per request in `reqs`. No host sync unless a
+        request asks for penalties, min_new_tokens masking or logprobs."""
         assert logits.shape[0] == len(reqs)
         none: list[None] = [None] * len(reqs)
         if all(_is_plain_greedy(r) for r in reqs):
@@ -62,13 +65,21 @@ class Sampler:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
-        logits.div_(torch.tensor(temps, device=logits.device)[:, None])
+        logits.div_(self._tensor(temps, torch.float32)[:, None])
         tokens = logits.argmax(-1)
         rows = [i for i, r in enumerate(reqs) if not r.sampling.is_greedy]
-        if rows:
-            tokens[rows] = self._draw(logits[rows], [reqs[i] for i in rows])
+        if len(rows) == len(reqs):
+            tokens = self._draw(logits, reqs)
+        elif rows:
+            index = self._tensor(rows, torch.long)
+            tokens[index] = self._draw(logits[index], [reqs[i] for i in rows])
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
+
+    def _tensor(self, values: list[int] | list[float], dtype: torch.dtype) -> torch.Tensor:
+        """A small host list on the device without a sync (pinned, non-blocking copy)."""
+        pin = self.device.type == "cuda"
+        return torch.tensor(values, dtype=dtype, pin_memory=pin).to(self.device, non_blocking=pin)
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]
@@ -84,33 +95,39 @@ class Sampler:
             )
 
     def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-        """logits (S, V) of sampling rows, temperature applied -> (S,) drawn tokens."""
+        """logits (S, V) of sampling rows, temperature applied -> (S,) drawn tokens.
+
+        Exponential-race sampling: argmax(p / E) with E ~ Exp(1) i.i.d. picks token i with
+        probability p_i, like torch.multinomial, but with no host sync and one batched
+        noise draw; a seeded request's row of noise comes from its own generator, so its
+        draws do not depend on its batch neighbours."""
         probs = torch.softmax(logits, dim=-1)
         top_k = [r.sampling.top_k for r in reqs]
         top_p = [r.sampling.top_p for r in reqs]
         if any(k > 0 for k in top_k) or any(p < 1 for p in top_p):
             probs = self._top_k_top_p(probs, top_k, top_p)
-        min_p = torch.tensor([r.sampling.min_p for r in reqs], device=probs.device)
-        if bool((min_p > 0).any()):
-            keep = probs >= min_p[:, None] * probs.max(-1, keepdim=True).values
-            probs = probs * keep
-        out = torch.empty(len(reqs), dtype=torch.long, device=probs.device)
-        unseeded = [i for i, r in enumerate(reqs) if r.sampling.seed is None]
-        if unseeded:  # one batched draw from the global generator
-            out[unseeded] = torch.multinomial(probs[unseeded], 1)[:, 0]
+        min_p = [r.sampling.min_p for r in reqs]
+        if any(p > 0 for p in min_p):
+            floor = self._tensor(min_p, probs.dtype)[:, None] * probs.amax(-1, keepdim=True)
+            probs = probs.masked_fill(probs < floor, 0.0)
+        noise = torch.empty_like(probs)
+        if any(r.sampling.seed is None for r in reqs):
+            noise.exponential_()
         for i, req in enumerate(reqs):  # a seeded request draws from its own generator
             if req.sampling.seed is not None:
-                out[i] = torch.multinomial(probs[i], 1, generator=self._generator(req))[0]
-        return out
+                noise[i].exponential_(generator=self._generator(req))
+        # Exp(1) can round to 0: keep p / E finite (0 / 0 would be NaN and win argmax).
+        return (probs / noise.clamp_(min=1e-20)).argmax(-1)
 
-    @staticmethod
-    def _top_k_top_p(probs: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    def _top_k_top_p(
+        self, probs: torch.Tensor, top_k: list[int], top_p: list[float]
+    ) -> torch.Tensor:
         sorted_p, idx = probs.sort(dim=-1, descending=True)  # (S, V)
         vocab = probs.shape[1]
-        ks = torch.tensor([k if k > 0 else vocab for k in top_k], device=probs.device)
+        ks = self._tensor([k if k > 0 else vocab for k in top_k], torch.long)
         ranks = torch.arange(vocab, device=probs.device)[None, :]
         drop = ranks >= ks[:, None]
-        ps = torch.tensor(top_p, device=probs.device, dtype=probs.dtype)
+        ps = self._tensor(top_p, probs.dtype)
         # Keep the smallest prefix whose mass reaches top_p (always at least one token).
         drop |= (sorted_p.cumsum(-1) - sorted_p) >= ps[:, None]
         sorted_p = sorted_p.masked_fill(drop, 0.0)

@@ -1,4 +1,6 @@
 """Paged MHA KV pool: per layer, k and v buffers shaped (pages, page_size, kv_heads, D).
+One extra page past `num_pages`, `dummy_page`, is never handed out: padded rows of a
+CUDA-graph decode batch write their KV there and attend over it.
 
 Attention addresses the pool by *slot* (`page * page_size + offset`), a flat index into the
 (pages * page_size, kv_heads, D) view; the page table holds one slot per token position."""
@@ -13,21 +15,22 @@ class MHAKVPool:
         self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
         head_dim: int, dtype: torch.dtype, device: torch.device,
     ) -> None:
-        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        shape = (num_layers, num_pages + 1, page_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.num_pages = num_pages
+        self.num_pages = num_pages  # usable pages; the allocator's
         self.page_size = page_size
+        self.dummy_page = num_pages
 
     @property
     def num_slots(self) -> int:
         return self.num_pages * self.page_size
 
     def k_slots(self, layer: int) -> torch.Tensor:
-        return self.k[layer].view(self.num_slots, *self.k.shape[3:])  # (S, Hkv, D)
+        return self.k[layer].view(-1, *self.k.shape[3:])  # (S + page_size, Hkv, D)
 
     def v_slots(self, layer: int) -> torch.Tensor:
-        return self.v[layer].view(self.num_slots, *self.v.shape[3:])
+        return self.v[layer].view(-1, *self.v.shape[3:])
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """loc (T,) slots; k, v (T, Hkv, D)."""

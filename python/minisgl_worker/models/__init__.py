@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -13,20 +15,29 @@ from .weights import init_random, load_safetensors
 __all__ = ["LlamaForCausalLM", "ModelConfig", "create_model"]
 
 
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
 def create_model(
     path: str | Path, cfg: ModelConfig, dtype: torch.dtype, device: torch.device,
     load_format: str = "safetensors",
 ) -> LlamaForCausalLM:
-    """Build on CPU in float32, load, then move: simple, and the tiny models load fast.
-    (Llama, Mistral, Qwen2 and Qwen3 share one class; they differ only in config flags.)"""
+    """Build directly on the device in the model dtype (an 8B model never exists in float32
+    or on the host), then load into it or fill it with random weights there. The RoPE
+    cos/sin cache is created in float32 explicitly. (Llama, Mistral, Qwen2 and Qwen3 share
+    one class; they differ only in config flags.)"""
     assert load_format in ("safetensors", "dummy"), f"unknown load_format {load_format!r}"
-    with torch.device("cpu"):
+    with torch.device(device), _default_dtype(dtype):
         model = LlamaForCausalLM(cfg)
     if load_format == "dummy":
         init_random(model)
     else:
         load_safetensors(model, Path(path), cfg.tie_word_embeddings)
-    model.to(device=device)
-    for param in model.parameters():  # not `.to(dtype)`: the RoPE cache stays float32
-        param.data = param.data.to(dtype)
     return model.eval()

@@ -76,10 +76,16 @@ def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling]:
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
         return theta, RopeScaling()
-    if rope_type not in ("linear", "llama3"):
+    if rope_type not in ("linear", "llama3", "yarn"):
         raise NotImplementedError(f"rope_type {rope_type!r} is not supported yet")
-    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    return theta, RopeScaling(rope_type=rope_type, **{k: params[k] for k in keys if k in params})
+    keys = (
+        "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+        "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate",
+    )
+    found = {k: params[k] for k in keys if params.get(k) is not None}
+    if rope_type == "yarn" and "original_max_position_embeddings" not in found:
+        found["original_max_position_embeddings"] = raw.get("max_position_embeddings", 4096)
+    return theta, RopeScaling(rope_type=rope_type, **found)
 
 
 def _as_list(value: Any) -> list[int]:

@@ -145,8 +145,9 @@ class Scheduler:
         for req in self.prefilling:  # share computed prompt pages with later arrivals
             self.cache.share_prefix(req)
         outputs = []
+        tokens = out.tokens()
         for i, req in enumerate(batch.sample_reqs):
-            token = out.next_tokens_cpu[i]
+            token = tokens[i]
             req.output_ids.append(token)
             finish = self._finish_reason(req, token)
             outputs.append(TokenOutput(

@@ -1,0 +1,84 @@
+"""mini-sglang's offline benchmark workload (its benchmark/offline/bench.py) through our
+offline API, with random weights in a real model's shape:
+
+    python benches/offline.py --model benches/models/qwen3-0.6b
+
+256 requests of random token ids in [0, 10000], input and output lengths uniform in
+[100, 1024] (Python's `random.seed(0)`, drawn in mini-sglang's order), ignore_eos,
+temperature 0.6. One warm-up generate, then `--repeats` timed runs of the whole workload.
+Prints output tokens, seconds, tok/s and the ratio to mini-sglang's throughput measured on
+one H200 (../shared/GPU.md: the second, warm repetition of its own script)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+from minisgl_worker.llm import LLM
+from minisgl_worker.protocol import SamplingParams
+
+ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
+
+
+def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    random.seed(seed)
+    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))]
+               for _ in range(n)]
+    params = [SamplingParams(temperature=0.6, ignore_eos=True,
+                             max_new_tokens=random.randint(100, 1024)) for _ in range(n)]
+    return prompts, params
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="benches/models/qwen3-0.6b")
+    p.add_argument("--num-requests", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--chunk-size", type=int, default=8192)
+    p.add_argument("--cache", default="radix", choices=["radix", "naive"])
+    p.add_argument("--json", help="append one JSON line of results to this file")
+    args = p.parse_args()
+    logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    name = Path(args.model).name
+    t0 = time.perf_counter()
+    llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
+              chunk_size=args.chunk_size, cache=args.cache)
+    startup = time.perf_counter() - t0
+    prompts, params = workload(args.num_requests)
+    llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
+    rows = []
+    for rep in range(args.repeats):
+        torch.cuda.synchronize() if torch.cuda.is_available() else None
+        t = time.perf_counter()
+        results = llm.generate(prompts, params)
+        seconds = time.perf_counter() - t
+        tokens = sum(len(r["token_ids"]) for r in results)
+        assert tokens == sum(sp.max_new_tokens for sp in params), "a request stopped early"
+        rows.append({"model": name, "rep": rep + 1, "output_tokens": tokens,
+                     "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1)})
+    llm.shutdown()
+    anchor = ANCHOR_TOK_S.get(name)
+    print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs)")
+    print("| model | rep | output tokens | seconds | tok/s | mini-sglang tok/s | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ratio = f"{r['tok_s'] / anchor:.2f}x" if anchor else "-"
+        r["anchor_tok_s"], r["ratio"] = anchor, ratio
+        print(f"| {name} | {r['rep']} | {r['output_tokens']:,} | {r['seconds']:.2f} | "
+              f"{r['tok_s']:,.0f} | {anchor or 0:,.0f} | {ratio} |")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps({**r, "startup_s": round(startup, 1), **vars(args)}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Decode CUDA graphs, one per padded batch size (mini-sglang's sizes: 1, 2, 4, then every
+multiple of 8 up to the maximum).
+
+A decode step launches ~10 kernels per layer; at small models the launch gaps are most of
+the step, so each size's whole forward (embedding to float32 logits) is captured once at
+start and replayed. All graphs read one set of static buffers (input ids, positions, KV
+slots) and share one memory pool (captured largest first, so the smaller ones fit in its
+blocks). A batch of B requests runs the smallest graph of size >= B; the padding rows read
+token 0 at position 0, write their KV into the pool's dummy page and attend over it only.
+Attention is re-planned for the padded batch before every replay (`plan_cuda_graph`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from ..attention.flashinfer_backend import FlashInferBackend
+from ..core import Batch, Context
+
+logger = logging.getLogger(__name__)
+
+ModelFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def graph_batch_sizes(max_bs: int) -> list[int]:
+    return [s for s in (1, 2, 4) if s <= max_bs] + list(range(8, max_bs + 1, 8))
+
+
+class GraphRunner:
+    def __init__(
+        self, model: ModelFn, backend: FlashInferBackend, ctx: Context, max_bs: int,
+        max_pages_per_req: int, device: torch.device,
+    ) -> None:
+        self.sizes = graph_batch_sizes(max_bs)
+        self.max_bs = self.sizes[-1]
+        self.backend = backend
+        self.dummy_page = backend.kv_pool.dummy_page
+        self.dummy_slot = self.dummy_page * backend.kv_pool.page_size
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.long, device=device)
+        self.positions = torch.zeros(self.max_bs, dtype=torch.long, device=device)
+        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.long, device=device)
+        self.indices = torch.arange(self.max_bs, device=device)
+        backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        self._capture(model, ctx, device)
+
+    def _capture(self, model: ModelFn, ctx: Context, device: torch.device) -> None:
+        t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(device)
+        bar = tqdm(sorted(self.sizes, reverse=True), desc="capturing CUDA graphs",
+                   file=sys.stderr, unit="graph")
+        for bs in bar:
+            bar.set_postfix(bs=bs)
+            batch = self._static_batch(bs)
+            self.backend.plan_padded(batch, bs)
+            args = (self.input_ids[:bs], self.positions[:bs], self.indices[:bs])
+            graph = torch.cuda.CUDAGraph()
+            with ctx.forward_batch(batch):
+                stream.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(stream):
+                    model(*args)  # warm-up outside capture (lazy inits, cuBLAS workspace)
+                torch.cuda.current_stream(device).wait_stream(stream)
+                with torch.cuda.graph(graph, pool=pool, stream=stream):
+                    self.logits[bs] = model(*args)
+            self.graphs[bs] = graph
+        torch.cuda.synchronize(device)
+        used = free0 - torch.cuda.mem_get_info(device)[0]
+        logger.info("captured %d decode CUDA graphs (batch 1..%d) in %.1f s, %.0f MiB",
+                    len(self.sizes), self.max_bs, time.perf_counter() - t0, used / 2**20)
+
+    def _static_batch(self, bs: int) -> Batch:
+        return Batch(reqs=[], input_ids=self.input_ids[:bs], positions=self.positions[:bs],
+                     out_loc=self.out_loc[:bs], extend_lens=[1] * bs)
+
+    def can_run(self, batch: Batch) -> bool:
+        return batch.size <= self.max_bs and batch.phase == "decode"
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Run a decode batch through the graph of the next size up -> logits (B, V)."""
+        bs = batch.size
+        padded = next(s for s in self.sizes if s >= bs)
+        self.input_ids[:bs].copy_(batch.input_ids)
+        self.positions[:bs].copy_(batch.positions)
+        self.out_loc[:bs].copy_(batch.out_loc)
+        if padded > bs:  # rows a larger batch left behind: back to the dummy slot
+            self.out_loc[bs:padded].fill_(self.dummy_slot)
+            self.positions[bs:padded].zero_()
+        self.backend.plan_padded(batch, padded)
+        self.graphs[padded].replay()
+        return self.logits[padded][:bs]

@@ -1,0 +1,96 @@
+"""How many KV tokens fit on a GPU.
+
+The KV pool gets what is left of `gpu_memory_fraction` of the card after everything else
+the engine holds: the weights (already allocated when this runs), the activations of the
+largest forward (a prefill of one full chunk, measured by running it once on a throwaway
+KV pool), the decode CUDA graphs (their memory pool holds the activations of the largest
+graph's batch, measured the same way, plus the sampler's (B, V) float32 temporaries), the
+page table, and a fixed margin for the attention workspace, cuBLAS and fragmentation."""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ..attention import create_attention_backend
+from ..core import Batch, Context, Req, SamplingParams, clear_global_ctx, set_global_ctx
+from ..kvcache import MHAKVPool
+from ..models import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+MARGIN_BYTES = 2 << 30  # FlashInfer workspaces, cuBLAS, allocator fragmentation
+
+
+class MemoryPlan(NamedTuple):
+    kv_bytes: int
+    prefill_peak: int
+    graph_reserve: int
+    weights_and_rest: int  # memory in use before the KV pool (weights, CUDA context, ...)
+
+
+def profile_forward(
+    model: nn.Module, cfg: ModelConfig, backend_name: str, dtype: torch.dtype,
+    device: torch.device, page_size: int, extend_lens: list[int],
+) -> int:
+    """Peak bytes allocated by one forward of a batch of fresh requests extending by
+    `extend_lens` (on a throwaway KV pool just big enough), logits of each last token."""
+    pages = [-(-n // page_size) for n in extend_lens]
+    pool = MHAKVPool(cfg.num_layers, sum(pages), page_size, cfg.num_kv_heads, cfg.head_dim,
+                     dtype, device)
+    table = torch.zeros(len(extend_lens), max(pages) * page_size, dtype=torch.int32,
+                        device=device)
+    reqs, locs, start = [], [], 0
+    for i, (n, p) in enumerate(zip(extend_lens, pages)):
+        table[i, :n] = torch.arange(start, start + n, dtype=torch.int32, device=device)
+        locs.append(torch.arange(start, start + n, device=device))
+        req = Req(-1 - i, [0] * n, SamplingParams())
+        req.table_idx, req.device_len = i, n
+        reqs.append(req)
+        start += p * page_size
+    backend = create_attention_backend(backend_name, pool, table, cfg.head_dim**-0.5,
+                                       cfg.num_heads)
+    total = sum(extend_lens)
+    batch = Batch(reqs=reqs, input_ids=torch.zeros(total, dtype=torch.long, device=device),
+                  positions=torch.cat([torch.arange(n, device=device) for n in extend_lens]),
+                  out_loc=torch.cat(locs), extend_lens=list(extend_lens), sample_reqs=reqs)
+    indices = torch.tensor(batch.last_token_indices, device=device)
+    ctx = Context(backend, pool)
+    set_global_ctx(ctx)
+    try:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        backend.prepare_metadata(batch)
+        with torch.inference_mode(), ctx.forward_batch(batch):
+            model(batch.input_ids, batch.positions, indices)
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    finally:
+        clear_global_ctx()
+        del backend, pool, table, batch
+        torch.cuda.empty_cache()
+
+
+def plan_kv_memory(
+    model: nn.Module, cfg: ModelConfig, backend_name: str, dtype: torch.dtype,
+    device: torch.device, page_size: int, chunk_size: int, graph_bs: int, max_running: int,
+    fraction: float,
+) -> MemoryPlan:
+    prefill_tokens = min(chunk_size, cfg.max_context)
+    prefill_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
+                                   [prefill_tokens])
+    graph_reserve = 0
+    if graph_bs:
+        decode_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
+                                      [1] * graph_bs)
+        graph_reserve = decode_peak + 4 * graph_bs * cfg.vocab_size * 4  # + sampler temps
+    free, total = torch.cuda.mem_get_info(device)
+    in_use = total - free
+    table_bytes = max_running * cfg.max_context * 4
+    kv_bytes = int(total * fraction) - in_use - prefill_peak - graph_reserve - table_bytes
+    kv_bytes -= MARGIN_BYTES
+    return MemoryPlan(kv_bytes, prefill_peak, graph_reserve, in_use)
