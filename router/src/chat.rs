@@ -90,6 +90,8 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
     Ok(TemplateMessage {
         role: message.role.clone(),
         content,
+        name: message.name.clone(),
+        tool_call_id: message.tool_call_id.clone(),
     })
 }
 

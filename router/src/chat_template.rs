@@ -27,6 +27,11 @@ pub struct ChatTemplate {
 pub struct TemplateMessage {
     pub role: String,
     pub content: String,
+    /// Absent (undefined in the template) unless the client sent it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatTemplate {
@@ -204,6 +209,8 @@ mod tests {
         TemplateMessage {
             role: role.into(),
             content: content.into(),
+            name: None,
+            tool_call_id: None,
         }
     }
 
@@ -229,6 +236,18 @@ mod tests {
         assert_eq!(t.render(&[msg("user", "  hi ")]).unwrap(), "<s>\"hi\"</s>");
         let err = t.render(&[msg("system", "x")]).unwrap_err();
         assert_eq!(err.message(), "chat template: only user");
+    }
+
+    #[test]
+    fn optional_message_fields_are_undefined_unless_sent() {
+        let source =
+            "{% for m in messages %}{{ m.name if m.name is defined else '-' }};{% endfor %}";
+        let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+        let named = TemplateMessage {
+            name: Some("bob".into()),
+            ..msg("user", "hi")
+        };
+        assert_eq!(t.render(&[named, msg("user", "hi")]).unwrap(), "bob;-;");
     }
 
     #[test]
