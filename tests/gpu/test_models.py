@@ -27,7 +27,10 @@ ARCHS: dict[str, dict[str, Any]] = {
     "mistral": {"hidden_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "tie_word_embeddings": False, "sliding_window": None},
 }
-COMMON = {"vocab_size": 512, "intermediate_size": 512, "max_position_embeddings": 512}
+# initializer_range 0.02 (the families' own): with the conftest's 0.2, two random layers are
+# chaotic enough that bf16 rounding alone moves the logits by 3-7% (seen on the H200).
+COMMON = {"vocab_size": 512, "intermediate_size": 512, "max_position_embeddings": 512,
+          "initializer_range": 0.02}
 SEQ = [(37 * i + 11) % 509 + 3 for i in range(64)]
 PROMPTS = [[(7 * i + 13 * j) % 500 + 3 for i in range(5 + 11 * j)] for j in range(5)]
 SMALL = {"device": "cuda", "kv_tokens": 4096, "max_running": 16}
@@ -49,33 +52,58 @@ def _greedy(path: Path, n: int = 32, **options: Any) -> list[list[int]]:
         llm.shutdown()
 
 
-def test_bf16_logits_match_transformers(model: Any) -> None:
-    """Teacher-forced over 64 positions in chunks (a prefix, two decodes, the rest)."""
-    arch, path, ref = model
-    engine = Engine(EngineConfig(str(path), device="cuda", page_size=16, kv_tokens=1024,
-                                 max_running=4))
+def _teacher_forced(path: Path, seqs: list[list[int]], **options: Any) -> list[torch.Tensor]:
+    """Every position's float32 logits of each sequence, one prefill each (plus chunked
+    for the first: a prefix, two decodes, the rest)."""
+    engine = Engine(EngineConfig(str(path), device="cuda", page_size=16, kv_tokens=4096,
+                                 max_running=8, **options))
     try:
         assert engine.dtype == torch.bfloat16
-        assert type(engine.attn_backend).__name__ == "FlashInferBackend"
         driver = Driver(engine)
-        req = driver.new_req(SEQ)
-        chunks = [driver.extend([req], [n])[0] for n in (24, 1, 1, 38)]
-        ours = torch.cat(chunks).float().cpu()
+        out = []
+        for seq in seqs:
+            req = driver.new_req(seq)
+            lens = [24, 1, 1, len(seq) - 26] if seq is SEQ else [len(seq)]
+            out.append(torch.cat([driver.extend([req], [n])[0] for n in lens]).float().cpu())
+        return out
     finally:
         engine.shutdown()
+
+
+def test_bf16_logits_match_transformers(model: Any) -> None:
+    """Teacher-forced over 64 positions, FlashInfer + fused layers (and torch-native, for
+    scale) in bf16 against transformers in float32 on the same weights."""
+    arch, path, ref = model
     exact = hf_logits(ref, SEQ)
-    rel = float((ours - exact).norm() / exact.norm())
-    print(f"{arch}: bf16 FlashInfer logits vs transformers float32, relative error {rel:.2e}")
-    assert rel < 2e-2, rel
+    errors = {}
+    for backend in ("flashinfer", "torch"):
+        ours = _teacher_forced(path, [SEQ], attention_backend=backend)[0]
+        errors[backend] = float((ours - exact).norm() / exact.norm())
+    print(f"{arch}: bf16 logits vs transformers float32, relative error: FlashInfer "
+          f"{errors['flashinfer']:.2e}, torch-native {errors['torch']:.2e}")
+    assert errors["flashinfer"] < 2e-2, errors
 
 
 def test_flashinfer_greedy_equals_torch_native(model: Any) -> None:
+    """32 greedy tokens per prompt on the FlashInfer path (CUDA graphs, fused layers). bf16
+    paths that round differently can part at a near-tie and then differ completely, so each
+    chosen token is checked against the torch-native path teacher-forced on the same text:
+    it must be that path's argmax, up to a near-tie (5% of the logits' spread)."""
     arch, path, _ = model
     fused = _greedy(path)
     native = _greedy(path, attention_backend="torch")
     same = sum(a == b for a, b in zip(fused, native))
     print(f"{arch}: {same}/{len(PROMPTS)} prompts give the same 32 greedy tokens")
-    assert fused == native
+    logits = _teacher_forced(path, [p + g for p, g in zip(PROMPTS, fused)],
+                             attention_backend="torch")
+    ties = 0
+    for prompt, tokens, rows in zip(PROMPTS, fused, logits):
+        rows = rows[len(prompt) - 1 : -1]  # (32, V): the logits that chose each token
+        chosen = rows.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+        best = rows.max(-1).values
+        assert (chosen >= best - 0.05 * rows.std(-1)).all(), (best - chosen).max()
+        ties += int((chosen < best).sum())
+    print(f"{arch}: {ties} of {32 * len(PROMPTS)} greedy tokens were near-ties")
 
 
 def test_cuda_graph_replay_equals_eager(model: Any) -> None:

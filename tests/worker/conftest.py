@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from minisgl_worker.core import Batch, Req
@@ -99,9 +100,10 @@ class Driver:
         pos = [p for r in reqs for p in range(r.cached_len, r.device_len)]
         assert len(ids) == len(pos) == sum(lens), "extend past the end of a prompt"
         device = self.engine.device
+        self.cache.flush_table()
         batch = Batch(
             reqs=reqs, input_ids=torch.tensor(ids, device=device),
-            positions=torch.tensor(pos, device=device), out_loc=torch.cat(locs),
+            positions=torch.tensor(pos, device=device), out_loc=torch.from_numpy(np.concatenate(locs)).to(device),
             extend_lens=list(lens),
         )
         self.engine.attn_backend.prepare_metadata(batch)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-import torch
+import numpy as np
 
 from ..core import Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, Generate, Load, TokenOutput
-from .cache import CacheManager
+from .cache import CacheManager, to_device
 from .decode import DecodeManager
 from .prefill import PrefillAdder
 from .table import TableManager
@@ -97,7 +97,7 @@ class Scheduler:
         if retracted:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
         decodes = list(self.decode.reqs)
-        locs: list[torch.Tensor] = []
+        locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
             locs.append(self.cache.extend(req, req.device_len))
@@ -121,20 +121,21 @@ class Scheduler:
         reqs = decodes + adder.added
         return self._build_batch(reqs, locs) if reqs else None
 
-    def _build_batch(self, reqs: list[Req], locs: list[torch.Tensor]) -> Batch:
+    def _build_batch(self, reqs: list[Req], locs: list[np.ndarray]) -> Batch:
         device = self.engine.device
         ids: list[int] = []
         pos: list[int] = []
         for req in reqs:
             ids += req.token_slice(req.cached_len, req.device_len)
             pos += range(req.cached_len, req.device_len)
-        out_loc = torch.cat(locs)
+        out_loc = np.concatenate(locs)
         assert out_loc.shape[0] == len(ids) > 0
+        self.cache.flush_table()
         return Batch(
             reqs=reqs,
-            input_ids=torch.tensor(ids, dtype=torch.long, device=device),
-            positions=torch.tensor(pos, dtype=torch.long, device=device),
-            out_loc=out_loc,
+            input_ids=to_device(ids, device),
+            positions=to_device(pos, device),
+            out_loc=to_device(out_loc, device),
             extend_lens=[r.extend_len for r in reqs],
             sample_reqs=[r for r in reqs if r.can_sample],
         )
