@@ -30,7 +30,8 @@ class CacheManager:
         self.page_table = page_table
         self.page_size = page_size
         self._pages: dict[int, list[int]] = {}  # rid -> pages in position order
-        self._prefix: dict[int, tuple[Any, int]] = {}  # rid -> (handle, matched pages)
+        self._prefix: dict[int, tuple[Any, int]] = {}  # rid -> (handle, cache-owned pages)
+        self._evict_batch = max(1, allocator.num_pages // 256)
         self._pending: list[tuple[int, int, np.ndarray]] = []  # (row, start, slots)
 
     @property
@@ -64,8 +65,9 @@ class CacheManager:
     def extend(self, req: Req, new_len: int) -> np.ndarray:
         """Give the request KV slots for positions [cached_len, new_len); returns them."""
         need = self.pages_needed(req, new_len)
-        if need > self.allocator.num_free:
-            self.allocator.free(self.prefix_cache.evict(need - self.allocator.num_free))
+        short = need - self.allocator.num_free
+        if short > 0:  # each evict walks the cache: evict in batches, so rarely
+            self.allocator.free(self.prefix_cache.evict(max(short, self._evict_batch)))
         self._pages[req.rid] += self.allocator.allocate(need)
         return self._write_table(req, req.cached_len, new_len)
 
