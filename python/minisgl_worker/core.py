@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     from .attention.base import BaseAttnBackend
     from .kvcache.pool import MHAKVPool
 
-__all__ = ["Batch", "Context", "Req", "ReqStatus", "SamplingParams"]
+__all__ = ["PENDING_TOKEN", "Batch", "Context", "Req", "ReqStatus", "SamplingParams"]
+
+# Stands in `Req.output_ids` for a token sampled by a batch still in flight (overlap
+# scheduling); the scheduler replaces it when it processes that batch's results.
+PENDING_TOKEN = -1
 
 
 class ReqStatus(enum.Enum):
@@ -100,6 +104,10 @@ class Batch:
     extend_lens: list[int]  # per request, sums to T
     attn_metadata: Any = None  # filled by the attention backend's prepare_metadata
     sample_reqs: list[Req] = field(default_factory=list)  # reqs with can_sample, in order
+    # Input tokens still on the device (PENDING_TOKEN on the host): input_ids[pool_index]
+    # are read from the engine's token pool at the rows pool_slots before the forward.
+    pool_index: torch.Tensor | None = None  # (P,) int64
+    pool_slots: torch.Tensor | None = None  # (P,) int64, request slots (table rows)
 
     @property
     def size(self) -> int:

@@ -76,6 +76,9 @@ class Engine:
             cfg.num_heads,  # tp_size 1: every query head is local
         )
         self.sampler = Sampler(list(cfg.eos_token_ids), self.device)
+        # The last sampled token of each request slot: a decode's input when the host does
+        # not have it yet (overlap scheduling; see scheduler.py).
+        self.token_pool = torch.zeros(self.max_running, dtype=torch.long, device=self.device)
         self.ctx = Context(self.attn_backend, self.kv_pool)
         set_global_ctx(self.ctx)
         self.graphs: GraphRunner | None = None
@@ -144,6 +147,8 @@ class Engine:
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> ForwardOutput:
+        if batch.pool_index is not None:
+            batch.input_ids[batch.pool_index] = self.token_pool[batch.pool_slots]
         if self.graphs is not None and self.graphs.can_run(batch):
             logits = self.graphs.replay(batch)  # (B, V), every request samples
         else:
@@ -153,6 +158,8 @@ class Engine:
                 logits = self.model(batch.input_ids, batch.positions, indices)  # (B, V)
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens_gpu = sample.tokens
+        if batch.sample_reqs:
+            self.token_pool[self._to_device([r.table_idx for r in batch.sample_reqs])] = tokens_gpu
         event = None
         if self.device.type == "cuda":
             # Non-blocking copy into pinned memory; `tokens()` waits on the event.

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..core import Req
+from ..core import PENDING_TOKEN, Req
 
 
 class SampleOutput(NamedTuple):
@@ -83,12 +83,13 @@ class Sampler:
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]
-        if req.output_ids and (s.frequency_penalty != 0 or s.presence_penalty != 0):
-            out = torch.tensor(req.output_ids, device=row.device)
+        known = [t for t in req.output_ids if t != PENDING_TOKEN]  # overlap: one in flight
+        if known and (s.frequency_penalty != 0 or s.presence_penalty != 0):
+            out = torch.tensor(known, device=row.device)
             counts = torch.bincount(out, minlength=vocab)[:vocab].to(row.dtype)
             row -= s.frequency_penalty * counts + s.presence_penalty * (counts > 0)
         if s.repetition_penalty != 1:
-            seen = torch.tensor(sorted(set(req.all_ids)), device=row.device)
+            seen = torch.tensor(sorted(set(req.input_ids + known)), device=row.device)
             vals = row[seen]
             row[seen] = torch.where(
                 vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty

@@ -1,5 +1,6 @@
-"""The worker's event loop (non-overlapping): receive, schedule + run one batch, send one
-frame with everything the step produced. Idle, it blocks on the socket until a message
+"""The worker's event loop: receive, step the scheduler (which overlaps batch N+1 with
+processing batch N on CUDA; see scheduler.py), send one frame with everything the step
+produced. Idle, it blocks on the socket until a message
 arrives or a Load is due, so an idle worker uses no CPU."""
 
 from __future__ import annotations

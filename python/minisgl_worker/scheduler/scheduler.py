@@ -1,19 +1,32 @@
 """The scheduler: requests in, batches to the engine, tokens out.
 
-`step()` = schedule -> engine.forward_batch -> process_results. Each batch mixes every
-decoding request (one token each) with prefill chunks under the token budget (continuous
-batching). The loop in `loop.py` is non-overlapping; an overlap loop later launches batch
-N before calling `process_results` for N-1 (aborts must then wait for the batch in flight
-before freeing pages)."""
+Each batch mixes every decoding request (one token each) with prefill chunks under the
+token budget (continuous batching, chunked prefill mixed with decode).
+
+Overlap scheduling (on by default on CUDA; MINISGL_DISABLE_OVERLAP=1 turns it off):
+`step()` schedules and launches batch N+1, and only then waits for batch N's tokens and
+processes them, so the host's work for one step runs while the GPU computes the previous
+one. What makes that possible:
+- launching a batch does its bookkeeping at once: its KV counts as cached, each sampling
+  request gets a PENDING_TOKEN placeholder output, a finished prefill joins the decode set;
+- the engine writes every sampled token into a per-slot token pool on the GPU, and a
+  decode whose newest token is still PENDING reads its input from there;
+- a request that turns out to have finished in batch N was already put in batch N+1 (one
+  wasted token, unless its finish was certain: max_new_tokens or max_context); processing
+  N frees its slot and pages, once. That is safe while N+1 still runs: every later batch
+  that reuses them is queued behind N+1 on the same stream, and N+1's result for it is
+  dropped. Aborts free the same way.
+Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 
 import numpy as np
 
-from ..core import Batch, Req, ReqStatus
+from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, Generate, Load, TokenOutput
@@ -26,8 +39,19 @@ logger = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix"):
+    def __init__(
+        self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix",
+        overlap: bool | None = None,
+    ):
+        """overlap: None = on for CUDA unless MINISGL_DISABLE_OVERLAP=1 (on CPU the
+        forward is synchronous, so overlapping would only delay every output a step)."""
         assert chunk_size >= 1
+        if overlap is None:
+            overlap = engine.device.type == "cuda" and not os.environ.get(
+                "MINISGL_DISABLE_OVERLAP", ""
+            ) in ("1", "true")
+        self.overlap = overlap
+        self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
         self.engine = engine
         self.chunk_size = chunk_size
         self.page_size = engine.page_size
@@ -84,19 +108,37 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.reqs)
+        return bool(self.reqs) or self._inflight is not None
 
     def step(self) -> list[TokenOutput]:
         batch = self.schedule()
-        if batch is None:
-            return []
-        return self.process_results(batch, self.engine.forward_batch(batch))
+        out = self.launch(batch) if batch is not None else None
+        if not self.overlap:
+            return self.process_results(batch, out) if batch and out else []
+        done = self._inflight
+        self._inflight = (batch, out) if batch and out else None
+        return self.process_results(*done) if done else []
+
+    def launch(self, batch: Batch) -> ForwardOutput:
+        """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping."""
+        out = self.engine.forward_batch(batch)  # returns without waiting on CUDA
+        for req in batch.reqs:
+            req.cached_len = req.device_len
+        for req in batch.sample_reqs:
+            req.output_ids.append(PENDING_TOKEN)
+            if req in self.prefilling:
+                self.prefilling.remove(req)
+                self.decode.add(req)
+        for req in self.prefilling:  # share computed prompt pages with later arrivals
+            self.cache.share_prefix(req)
+        return out
 
     def schedule(self) -> Batch | None:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)
         if retracted:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
-        decodes = list(self.decode.reqs)
+        # Skip decodes whose pending token surely ends them (no wasted step for those).
+        decodes = [r for r in self.decode.reqs if not self._surely_done(r)]
         locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
@@ -105,6 +147,8 @@ class Scheduler:
             max(self.chunk_size - len(decodes), 1), self.table, self.cache, len(decodes)
         )
         for req in [*self.prefilling, *self.waiting]:
+            if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
+                break  # retracted while its last token was in flight: next step
             if not adder.try_add(req):
                 break
             locs.append(self.cache.extend(req, req.device_len))
@@ -125,9 +169,15 @@ class Scheduler:
         device = self.engine.device
         ids: list[int] = []
         pos: list[int] = []
+        pool_index: list[int] = []
+        pool_slots: list[int] = []
         for req in reqs:
             ids += req.token_slice(req.cached_len, req.device_len)
             pos += range(req.cached_len, req.device_len)
+            if ids[-1] == PENDING_TOKEN:  # only ever a decode's newest token
+                ids[-1] = 0
+                pool_index.append(len(ids) - 1)
+                pool_slots.append(req.table_idx)
         out_loc = np.concatenate(locs)
         assert out_loc.shape[0] == len(ids) > 0
         self.cache.flush_table()
@@ -138,40 +188,46 @@ class Scheduler:
             out_loc=to_device(out_loc, device),
             extend_lens=[r.extend_len for r in reqs],
             sample_reqs=[r for r in reqs if r.can_sample],
+            pool_index=to_device(pool_index, device) if pool_index else None,
+            pool_slots=to_device(pool_slots, device) if pool_index else None,
         )
 
     def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
-        for req in batch.reqs:
-            req.cached_len = req.device_len
-        for req in self.prefilling:  # share computed prompt pages with later arrivals
-            self.cache.share_prefix(req)
+        """Replace each sampling request's PENDING_TOKEN with its token and end the
+        finished ones. Requests that ended while the batch was in flight are skipped."""
         outputs = []
         tokens = out.tokens()
         for i, req in enumerate(batch.sample_reqs):
-            token = tokens[i]
-            req.output_ids.append(token)
-            finish = self._finish_reason(req, token)
+            if req.status in (ReqStatus.FINISHED, ReqStatus.ABORTED):
+                continue
+            n = req.output_ids.index(PENDING_TOKEN) + 1  # this token's 1-based position
+            token = req.output_ids[n - 1] = tokens[i]
+            finish = self._finish_reason(req, token, n)
             outputs.append(TokenOutput(
                 req.rid, token, out.logprobs[i], out.top_logprobs[i], finish, req.prefix_len
             ))
-            if req in self.prefilling:
-                self.prefilling.remove(req)
-                if finish is None:
-                    self.decode.add(req)
-            elif finish is not None:
-                self.decode.remove(req)
             if finish is not None:
+                del req.output_ids[n:]  # a token of the next batch, already launched
+                if req.status == ReqStatus.WAITING:  # retracted while in flight
+                    self.waiting.remove(req)
+                else:
+                    self.decode.remove(req)
                 self._end(req, ReqStatus.FINISHED)
         return outputs
 
-    def _finish_reason(self, req: Req, token: int) -> str | None:
+    def _finish_reason(self, req: Req, token: int, num_out: int) -> str | None:
         s = req.sampling
         is_stop = token in s.stop_token_ids or (token in self.eos_ids and not s.ignore_eos)
-        if is_stop and len(req.output_ids) >= s.min_new_tokens:
+        if is_stop and num_out >= s.min_new_tokens:
             return "stop"
-        if len(req.output_ids) >= s.max_new_tokens or req.total_len >= self.max_context:
+        if num_out >= s.max_new_tokens or len(req.input_ids) + num_out >= self.max_context:
             return "length"
         return None
+
+    def _surely_done(self, req: Req) -> bool:
+        """Its newest token (maybe pending) ends it whatever it is."""
+        n = len(req.output_ids)
+        return n >= req.sampling.max_new_tokens or req.total_len >= self.max_context
 
     # ---- freeing ----
 

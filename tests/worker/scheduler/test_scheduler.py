@@ -99,7 +99,7 @@ def test_new_requests_join_while_others_decode(make_scheduler: Any) -> None:
     assert sched.add_request(Generate(1, PROMPTS[1], GREEDY)) is None
     batch = sched.schedule()
     assert batch is not None and batch.phase == "mixed" and batch.size == 2
-    sched.process_results(batch, sched.engine.forward_batch(batch))
+    sched.process_results(batch, sched.launch(batch))
     assert [o.rid for o in first] == [0, 0]
 
 
