@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import Req
+from ..core import PENDING_TOKEN, Req
 from ..kvcache import BasePrefixCache, PageAllocator
 
 
@@ -77,7 +77,7 @@ class CacheManager:
         already held some of those tokens (another request computed them concurrently), the
         request switches to the cache's pages and frees its duplicates."""
         handle, num_shared = self._prefix[req.rid]
-        full = req.cached_len // self.page_size
+        full = self._known_full_pages(req)
         if full <= num_shared:
             return
         pages = self._pages[req.rid]
@@ -101,7 +101,7 @@ class CacheManager:
         list. Called exactly once per admission (asserted by the pop)."""
         pages = self._pages.pop(req.rid)
         handle, num_shared = self._prefix.pop(req.rid)
-        full = req.cached_len // self.page_size
+        full = self._known_full_pages(req)
         if full > num_shared:
             ids = req.token_slice(0, full * self.page_size)
             not_kept = self.prefix_cache.insert(ids, pages[:full])
@@ -109,6 +109,17 @@ class CacheManager:
             full, not_kept = num_shared, []
         self.prefix_cache.unlock(handle)
         self.allocator.free(not_kept + pages[full:])
+
+    def _known_full_pages(self, req: Req) -> int:
+        """Full pages of computed KV whose tokens are known: under overlap scheduling the
+        newest tokens may still be in flight (PENDING_TOKEN), and a cache key needs them."""
+        end, out = req.cached_len, req.output_ids
+        if out and out[-1] == PENDING_TOKEN:
+            first = len(out) - 1
+            while first > 0 and out[first - 1] == PENDING_TOKEN:
+                first -= 1
+            end = min(end, len(req.input_ids) + first)
+        return end // self.page_size
 
     def check_integrity(self) -> None:
         """Every page is free, cached, or owned by one request, exactly once; each request's
