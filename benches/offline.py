@@ -64,9 +64,10 @@ def main() -> None:
         assert tokens == sum(sp.max_new_tokens for sp in params), "a request stopped early"
         rows.append({"model": name, "rep": rep + 1, "output_tokens": tokens,
                      "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1)})
-    llm.shutdown()
     anchor = ANCHOR_TOK_S.get(name)
-    print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs)")
+    overlap = llm.scheduler.overlap
+    print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
+          f"overlap {'on' if overlap else 'off'}, KV {llm.engine.kv_pool.num_slots:,} tokens")
     print("| model | rep | output tokens | seconds | tok/s | mini-sglang tok/s | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -77,7 +78,9 @@ def main() -> None:
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
-                f.write(json.dumps({**r, "startup_s": round(startup, 1), **vars(args)}) + "\n")
+                f.write(json.dumps({**r, "startup_s": round(startup, 1), "overlap": overlap,
+                                    **vars(args)}) + "\n")
+    llm.shutdown()
 
 
 if __name__ == "__main__":
