@@ -22,6 +22,8 @@ class CacheSizes(NamedTuple):
 
 
 class BasePrefixCache(ABC):
+    shares_prefixes = True  # whether match_prefix can ever return pages
+
     @abstractmethod
     def match_prefix(self, token_ids: list[int]) -> PrefixMatch:
         """Longest cached page-aligned prefix of token_ids. The returned pages are only safe

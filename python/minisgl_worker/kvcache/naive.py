@@ -8,6 +8,8 @@ from .base import BasePrefixCache, CacheSizes, PrefixMatch
 class NaiveCache(BasePrefixCache):
     """Caches nothing: every request computes its whole prompt."""
 
+    shares_prefixes = False
+
     def match_prefix(self, token_ids: list[int]) -> PrefixMatch:
         return PrefixMatch(handle=None, pages=[])
 

@@ -4,13 +4,21 @@ Requests are taken in order (partially prefilled ones first, then the waiting qu
 one is admitted when a request slot is free and its whole prompt fits in the free KV pages;
 each gets as many of its remaining prompt tokens as the budget allows, so a prompt longer
 than the budget is split across steps, its first chunks sampling nothing.
-Admission stops at the first request that gets nothing, so the queue stays FIFO."""
+Admission stops at the first request that gets nothing, so the queue stays FIFO.
+
+In-batch prefix sharing (`defers`): a new request whose next DEFER_TOKENS uncached tokens
+are the ones another request starts computing at the same position in this step waits one
+step, and then reuses that request's pages from the prefix cache instead of computing
+them again (many requests arriving at once with one long system prompt compute it once).
+It keeps its place in the queue; requests behind it may still be admitted."""
 
 from __future__ import annotations
 
 from ..core import Req, ReqStatus
 from .cache import CacheManager
 from .table import TableManager
+
+DEFER_TOKENS = 64
 
 
 class PrefillAdder:
@@ -22,6 +30,19 @@ class PrefillAdder:
         self.cache = cache
         self.reserve_pages = reserve_pages  # kept free so running decodes can grow next step
         self.added: list[Req] = []
+        self._computing: set[tuple[int, tuple[int, ...]]] = set()  # (start, next tokens)
+        self._sharing = cache.prefix_cache.shares_prefixes
+
+    def defers(self, req: Req) -> bool:
+        """Whether a new request should wait a step for a prefix this step computes."""
+        if not self._computing or req.status != ReqStatus.WAITING:
+            return False
+        pages = self.cache.prefix_cache.match_prefix(req.all_ids[:-1]).pages
+        return self._key(req, len(pages) * self.cache.page_size) in self._computing
+
+    @staticmethod
+    def _key(req: Req, start: int) -> tuple[int, tuple[int, ...]]:
+        return start, tuple(req.token_slice(start, start + DEFER_TOKENS))
 
     def try_add(self, req: Req) -> bool:
         """Schedule a chunk of req (sets device_len and its KV slots); False if none fits."""
@@ -47,6 +68,8 @@ class PrefillAdder:
             req.status = ReqStatus.RUNNING
             if not req.output_ids:  # a retracted request keeps its first report
                 req.prefix_len = req.cached_len
+        if extend >= DEFER_TOKENS and self._sharing:
+            self._computing.add(self._key(req, req.cached_len))
         req.device_len = req.cached_len + extend
         self.budget -= extend
         self.added.append(req)

@@ -124,13 +124,13 @@ class Scheduler:
         out = self.engine.forward_batch(batch)  # returns without waiting on CUDA
         for req in batch.reqs:
             req.cached_len = req.device_len
+        for req in self.prefilling:  # share computed prompt pages with later arrivals
+            self.cache.share_prefix(req)
         for req in batch.sample_reqs:
             req.output_ids.append(PENDING_TOKEN)
             if req in self.prefilling:
                 self.prefilling.remove(req)
                 self.decode.add(req)
-        for req in self.prefilling:  # share computed prompt pages with later arrivals
-            self.cache.share_prefix(req)
         return out
 
     def schedule(self) -> Batch | None:
@@ -149,6 +149,8 @@ class Scheduler:
         for req in [*self.prefilling, *self.waiting]:
             if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
                 break  # retracted while its last token was in flight: next step
+            if adder.defers(req):
+                continue  # its prefix is computed in this batch: reuse it next step
             if not adder.try_add(req):
                 break
             locs.append(self.cache.extend(req, req.device_len))
