@@ -43,7 +43,10 @@ def test_greedy_tokens_match_transformers(model_dir: Path) -> None:
     expected = transformers_greedy(model_dir, prompts)
 
     llm = LLM(str(model_dir))
-    results = llm.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
+    try:
+        results = llm.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
+    finally:
+        llm.shutdown()  # the engine's context is process-global: free it for later tests
     ours = [r["token_ids"] for r in results]
     for i, (got, want) in enumerate(zip(ours, expected, strict=True)):
         assert got == want, f"prompt {i}: {PROMPTS[i]!r}"
