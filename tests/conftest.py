@@ -1,5 +1,7 @@
 """Shared test set-up: GPU tests are skipped where there is no CUDA device."""
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -14,3 +16,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _engine_context_is_released() -> Iterator[None]:
+    """An in-process Engine owns the one global context; a test that leaves it set would fail
+    every later test that builds an engine. Fail the culprit instead, and clean up after it."""
+    yield
+    from minisgl_worker import core
+
+    leaked = core._GLOBAL_CTX is not None
+    core.clear_global_ctx()
+    assert not leaked, "this test left an Engine running: call LLM.shutdown() / Engine.shutdown()"
