@@ -1,0 +1,105 @@
+"""Where one decode step's time goes, on random weights in a real shape:
+
+    python benches/decode_step.py --model benches/models/qwen3-0.6b
+
+Builds `batch` running requests holding `context` tokens of KV each (the page table and
+pool as the scheduler would leave them; the KV values are whatever the pool holds), then
+times with CUDA events (median of `iters`): the CUDA-graph forward (plan + replay), the
+sampler (greedy; temperature 0.6), and the whole `Engine.forward_batch`. Prints the bytes a
+step must read (weights + KV) over the time: the achieved share of ~4.3 TB/s."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from minisgl_worker.core import Batch, Req
+from minisgl_worker.kvcache import MHAKVPool
+from minisgl_worker.llm import LLM
+from minisgl_worker.protocol import SamplingParams
+from minisgl_worker.scheduler.cache import to_device
+
+
+def median_ms(fn: Callable[[], object], iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def decode_batch(llm: LLM, size: int, context: int, sampling: SamplingParams) -> Batch:
+    sched, device = llm.scheduler, llm.engine.device
+    reqs, locs = [], []
+    for i in range(size):
+        req = Req(10**6 + i, [random.randrange(1000) for _ in range(context - 1)], sampling)
+        req.output_ids = [7]
+        req.table_idx = sched.table.allocate()
+        sched.cache.admit(req)
+        req.device_len = context
+        locs.append(sched.cache.extend(req, context)[-1:])
+        req.cached_len = context - 1
+        reqs.append(req)
+    sched.cache.flush_table()
+    return Batch(reqs=reqs, input_ids=to_device([7] * size, device),
+                 positions=to_device([context - 1] * size, device),
+                 out_loc=to_device([int(x[0]) for x in locs], device),
+                 extend_lens=[1] * size, sample_reqs=reqs)
+
+
+def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float]:
+    engine, graphs = llm.engine, llm.engine.graphs
+    assert graphs is not None and graphs.can_run(batch)
+    with torch.inference_mode():
+        graph_ms = median_ms(lambda: graphs.replay(batch), iters)
+        logits = graphs.replay(batch).clone()
+        sample_ms = median_ms(lambda: engine.sampler.sample(logits.clone(), batch.sample_reqs),
+                              iters)
+        total_ms = median_ms(lambda: engine.forward_batch(batch), iters)
+    return graph_ms, sample_ms, total_ms
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="benches/models/qwen3-0.6b")
+    p.add_argument("--cases", default="256x1024,64x1024,256x512", help="batch x context")
+    p.add_argument("--iters", type=int, default=30)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    llm = LLM(args.model, load_format="dummy", max_running=256)
+    engine, cfg = llm.engine, llm.engine.model_config
+    weight_bytes = sum(t.numel() * t.element_size() for t in engine.model.parameters())
+    kv_per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
+                                             engine.dtype)
+    rows = []
+    for case in args.cases.split(","):
+        size, context = map(int, case.split("x"))
+        for temp in (0.0, 0.6):
+            batch = decode_batch(llm, size, context, SamplingParams(temperature=temp))
+            graph_ms, sample_ms, total_ms = time_case(llm, batch, args.iters)
+            need = weight_bytes + size * context * kv_per_token
+            rows.append((Path(args.model).name, size, context, temp, graph_ms, sample_ms,
+                         total_ms, need / total_ms / 1e9))
+            for req in batch.reqs:  # give the slots and pages back
+                llm.scheduler.cache.release(req)
+                llm.scheduler.table.free(req.table_idx)
+    llm.shutdown()
+    print("| model | batch | context | temperature | graph fwd ms | sampler ms | "
+          "forward_batch ms | TB/s (weights + KV) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {r[5]:.3f} | {r[6]:.3f} | "
+              f"{r[7]:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
