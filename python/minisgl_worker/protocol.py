@@ -35,6 +35,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: bool = False
     top_logprobs: int = 0
+    # (token, bias) pairs added to the logits before temperature; bias in [-100, 100]
+    logit_bias: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def is_greedy(self) -> bool:
@@ -110,6 +112,8 @@ class Load:
     kv_used: int
     kv_cached: int
     kv_total: int
+    prompt_tokens: int = 0  # cumulative: prompt tokens of every request started
+    cached_prompt_tokens: int = 0  # cumulative: of those, how many came from the prefix cache
 
 
 RouterMsg = Generate | Abort | Shutdown
@@ -127,6 +131,7 @@ def _to_wire(msg: Msg) -> dict[str, Any]:
         value = getattr(msg, f.name)
         if isinstance(value, SamplingParams):
             value = {g.name: getattr(value, g.name) for g in fields(value)}
+            value["logit_bias"] = [[t, float(b)] for t, b in value["logit_bias"]]
         elif f.name == "outputs":
             value = [_output_to_wire(o) for o in value]
         out[f.name] = value
@@ -174,7 +179,11 @@ def _sampling_from_wire(raw: Any) -> SamplingParams:
         raise ProtocolError(
             f"sampling must be a map with exactly the keys {names}; got {keys!r:.200}"
         )
-    return SamplingParams(**raw)
+    try:
+        bias = [(int(t), float(b)) for t, b in raw["logit_bias"]]
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"sampling.logit_bias must be [[token, bias], ...]: {e}") from e
+    return SamplingParams(**{**raw, "logit_bias": bias})
 
 
 def _output_from_wire(raw: Any) -> TokenOutput:

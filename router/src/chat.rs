@@ -124,13 +124,14 @@ impl ChatFormat {
 }
 
 impl Format for ChatFormat {
-    fn opening_chunk(&mut self) -> Option<Value> {
+    fn opening_chunk(&mut self, index: u32) -> Option<Value> {
         let delta = json!({"role": "assistant", "content": ""});
-        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
+        let choice =
+            json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
         Some(self.head.object("chat.completion.chunk", json!([choice])))
     }
 
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value {
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value {
         let (delta, logprobs) = match finish {
             Some(_) => (json!({}), Value::Null),
             None => (
@@ -139,7 +140,7 @@ impl Format for ChatFormat {
             ),
         };
         let choice = json!({
-            "index": 0,
+            "index": index,
             "delta": delta,
             "logprobs": logprobs,
             "finish_reason": finish.map(finish_reason),
@@ -152,15 +153,18 @@ impl Format for ChatFormat {
             .with_usage("chat.completion.chunk", json!([]), usage)
     }
 
-    fn complete(&mut self, piece: &Piece, finish: Finish, usage: Usage) -> Value {
-        let choice = json!({
-            "index": 0,
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value {
+        json!({
+            "index": index,
             "message": {"role": "assistant", "content": piece.text},
             "logprobs": self.logprobs(&piece.logprobs),
             "finish_reason": finish_reason(finish),
-        });
+        })
+    }
+
+    fn complete(&self, choices: Vec<Value>, usage: Usage) -> Value {
         self.head
-            .with_usage("chat.completion", json!([choice]), usage)
+            .with_usage("chat.completion", Value::Array(choices), usage)
     }
 }
 

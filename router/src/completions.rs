@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::generate::{Piece, PromptInput, TokenLogprob};
+use crate::generate::{self, Piece, PromptInput, TokenLogprob};
 use crate::openai::{CompletionRequest, Prompt, Usage};
-use crate::params::EndpointParams;
-use crate::respond::{finish_reason, Format, Head};
+use crate::params::{EndpointParams, GenParams};
+use crate::respond::{finish_reason, Choices, Format, Head};
+use crate::state::AppState;
 use crate::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
@@ -30,86 +31,168 @@ pub fn endpoint_params(req: &CompletionRequest) -> Result<EndpointParams, ApiErr
     })
 }
 
-pub fn prompt(prompt: Prompt) -> Result<PromptInput, ApiError> {
-    let several = || {
-        ApiError::invalid(
-            "prompt",
-            "several prompts in one request are not supported yet; send one",
-        )
+/// The prompts of a request, in order: one string or token list, or a list of either.
+pub fn prompts(prompt: Prompt) -> Result<Vec<PromptInput>, ApiError> {
+    let text = |text| PromptInput::Text {
+        text,
+        add_special_tokens: true,
     };
-    Ok(match prompt {
-        Prompt::Text(text) => PromptInput::Text {
-            text,
-            add_special_tokens: true,
-        },
-        Prompt::Texts(mut texts) if texts.len() == 1 => PromptInput::Text {
-            text: texts.remove(0),
-            add_special_tokens: true,
-        },
-        Prompt::Ids(ids) => PromptInput::Ids(ids),
-        Prompt::IdLists(mut lists) if lists.len() == 1 => PromptInput::Ids(lists.remove(0)),
-        Prompt::Texts(_) | Prompt::IdLists(_) => return Err(several()),
-    })
+    let prompts: Vec<PromptInput> = match prompt {
+        Prompt::Text(t) => vec![text(t)],
+        Prompt::Texts(texts) => texts.into_iter().map(text).collect(),
+        Prompt::Ids(ids) => vec![PromptInput::Ids(ids)],
+        Prompt::IdLists(lists) => lists.into_iter().map(PromptInput::Ids).collect(),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    }
+    Ok(prompts)
+}
+
+/// Starts `params.n` generations of each prompt, in choice order, with what to echo.
+pub async fn start(
+    state: &AppState,
+    prompts: Vec<PromptInput>,
+    params: &GenParams,
+    echo: bool,
+) -> Result<(Choices, Vec<Option<Echo>>), ApiError> {
+    let mut generations = Vec::new();
+    let mut echoes = Vec::new();
+    for prompt in prompts {
+        let text = match (&prompt, echo) {
+            (PromptInput::Text { text, .. }, true) => Some(text.clone()),
+            _ => None,
+        };
+        let copies = generate::start_n(state, prompt, params.clone(), params.n).await?;
+        for copy in &copies {
+            echoes.push(echo.then(|| {
+                Echo {
+                    text: text
+                        .clone()
+                        .unwrap_or_else(|| state.tokenizer.decode_with_specials(copy.prompt_ids())),
+                    ids: copy.prompt_ids().to_vec(),
+                }
+            }));
+        }
+        generations.extend(copies);
+    }
+    let n = params.n as usize;
+    Ok((Choices { generations, n }, echoes))
+}
+
+/// An echoed prompt (`echo`): its text, and its tokens for logprobs.
+pub struct Echo {
+    pub text: String,
+    pub ids: Vec<u32>,
 }
 
 pub struct CompletionFormat {
     pub head: Head,
     pub tokenizer: Tokenizer,
     pub logprobs: bool,
-    /// Characters of completion text before the next token (`text_offset`).
-    offset: usize,
+    /// Per choice: the prompt to echo before the completion.
+    echoes: Vec<Option<Echo>>,
+    /// Per choice: characters of text before its next token (`text_offset`).
+    offsets: Vec<usize>,
+}
+
+/// The `logprobs` object of one piece: four parallel lists.
+#[derive(Default)]
+struct LogprobLists {
+    tokens: Vec<String>,
+    token_logprobs: Vec<Option<f64>>,
+    top_logprobs: Vec<Option<BTreeMap<String, f64>>>,
+    text_offset: Vec<usize>,
 }
 
 impl CompletionFormat {
-    pub fn new(head: Head, tokenizer: Tokenizer, logprobs: bool) -> Self {
+    pub fn new(
+        head: Head,
+        tokenizer: Tokenizer,
+        logprobs: bool,
+        echoes: Vec<Option<Echo>>,
+    ) -> Self {
         Self {
             head,
             tokenizer,
             logprobs,
-            offset: 0,
+            offsets: vec![0; echoes.len()],
+            echoes,
         }
     }
 
-    fn logprobs(&mut self, entries: &[TokenLogprob]) -> Value {
+    /// The prompt's tokens have no logprobs here (the worker does not score prompts): each
+    /// is listed with a null logprob and null alternatives, as OpenAI does for the first.
+    fn echo_lists(&mut self, index: u32, lists: &mut LogprobLists) {
+        let Some(echo) = &self.echoes[index as usize] else {
+            return;
+        };
+        for &id in &echo.ids {
+            let text = self.tokenizer.token_text(id);
+            lists.text_offset.push(self.offsets[index as usize]);
+            self.offsets[index as usize] += text.len();
+            lists.tokens.push(text);
+            lists.token_logprobs.push(None);
+            lists.top_logprobs.push(None);
+        }
+    }
+
+    fn completion_lists(&mut self, index: u32, entries: &[TokenLogprob], lists: &mut LogprobLists) {
+        for e in entries {
+            let text = self.tokenizer.token_text(e.token);
+            lists.text_offset.push(self.offsets[index as usize]);
+            self.offsets[index as usize] += text.len();
+            lists.tokens.push(text);
+            lists.token_logprobs.push(Some(e.logprob));
+            let top = e
+                .top
+                .iter()
+                .map(|&(t, lp)| (self.tokenizer.token_text(t), lp))
+                .collect();
+            lists.top_logprobs.push(Some(top));
+        }
+    }
+
+    fn render(&self, lists: LogprobLists) -> Value {
         if !self.logprobs {
             return Value::Null;
         }
-        let mut tokens = Vec::new();
-        let mut offsets = Vec::new();
-        for e in entries {
-            let text = self.tokenizer.token_text(e.token);
-            offsets.push(self.offset);
-            self.offset += text.len();
-            tokens.push(text);
-        }
-        let top: Vec<BTreeMap<String, f64>> = entries
-            .iter()
-            .map(|e| {
-                e.top
-                    .iter()
-                    .map(|&(t, lp)| (self.tokenizer.token_text(t), lp))
-                    .collect()
-            })
-            .collect();
         json!({
-            "tokens": tokens,
-            "token_logprobs": entries.iter().map(|e| e.logprob).collect::<Vec<_>>(),
-            "top_logprobs": top,
-            "text_offset": offsets,
+            "tokens": lists.tokens,
+            "token_logprobs": lists.token_logprobs,
+            "top_logprobs": lists.top_logprobs,
+            "text_offset": lists.text_offset,
         })
+    }
+
+    fn echo_text(&self, index: u32) -> &str {
+        self.echoes[index as usize]
+            .as_ref()
+            .map_or("", |e| e.text.as_str())
     }
 }
 
 impl Format for CompletionFormat {
-    fn opening_chunk(&mut self) -> Option<Value> {
-        None
+    fn opening_chunk(&mut self, index: u32) -> Option<Value> {
+        self.echoes[index as usize].as_ref()?;
+        let mut lists = LogprobLists::default();
+        self.echo_lists(index, &mut lists);
+        let choice = json!({
+            "index": index,
+            "text": self.echo_text(index),
+            "logprobs": self.render(lists),
+            "finish_reason": null,
+        });
+        Some(self.head.object("text_completion", json!([choice])))
     }
 
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value {
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value {
+        let mut lists = LogprobLists::default();
+        self.completion_lists(index, &piece.logprobs, &mut lists);
         let choice = json!({
-            "index": 0,
+            "index": index,
             "text": piece.text,
-            "logprobs": self.logprobs(&piece.logprobs),
+            "logprobs": self.render(lists),
             "finish_reason": finish.map(finish_reason),
         });
         self.head.object("text_completion", json!([choice]))
@@ -119,15 +202,21 @@ impl Format for CompletionFormat {
         self.head.with_usage("text_completion", json!([]), usage)
     }
 
-    fn complete(&mut self, piece: &Piece, finish: Finish, usage: Usage) -> Value {
-        let choice = json!({
-            "index": 0,
-            "text": piece.text,
-            "logprobs": self.logprobs(&piece.logprobs),
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value {
+        let mut lists = LogprobLists::default();
+        self.echo_lists(index, &mut lists);
+        self.completion_lists(index, &piece.logprobs, &mut lists);
+        json!({
+            "index": index,
+            "text": format!("{}{}", self.echo_text(index), piece.text),
+            "logprobs": self.render(lists),
             "finish_reason": finish_reason(finish),
-        });
+        })
+    }
+
+    fn complete(&self, choices: Vec<Value>, usage: Usage) -> Value {
         self.head
-            .with_usage("text_completion", json!([choice]), usage)
+            .with_usage("text_completion", Value::Array(choices), usage)
     }
 }
 
@@ -136,21 +225,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn single_prompts_in_any_shape_are_accepted() {
+    fn prompts_in_any_shape_are_accepted() {
         assert!(matches!(
-            prompt(Prompt::Texts(vec!["a".into()])),
-            Ok(PromptInput::Text {
+            prompts(Prompt::Texts(vec!["a".into()])).unwrap()[..],
+            [PromptInput::Text {
                 add_special_tokens: true,
                 ..
-            })
+            }]
         ));
         assert!(matches!(
-            prompt(Prompt::IdLists(vec![vec![1]])),
-            Ok(PromptInput::Ids(_))
+            prompts(Prompt::IdLists(vec![vec![1], vec![2, 3]])).unwrap()[..],
+            [PromptInput::Ids(_), PromptInput::Ids(_)]
         ));
-        let err = prompt(Prompt::Texts(vec!["a".into(), "b".into()]))
-            .err()
-            .unwrap();
+        assert_eq!(
+            prompts(Prompt::Texts(vec!["a".into(), "b".into()]))
+                .unwrap()
+                .len(),
+            2
+        );
+        let err = prompts(Prompt::Texts(vec![])).err().unwrap();
         assert_eq!(err.body()["error"]["param"], "prompt");
     }
 
@@ -160,6 +253,7 @@ mod tests {
             model: "m".into(),
             prompt: Prompt::Text("p".into()),
             logprobs: Some(n),
+            echo: None,
         };
         assert_eq!(endpoint_params(&req(2)).unwrap().top_logprobs, 2);
         assert_eq!(

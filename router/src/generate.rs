@@ -3,6 +3,9 @@
 //! strings) and a finish reason. Dropping a `Generation` early aborts it on the worker.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::detokenize::IncrementalDecoder;
 use crate::error::ApiError;
@@ -10,7 +13,6 @@ use crate::openai::Usage;
 use crate::params::GenParams;
 use crate::state::AppState;
 use crate::stop::StopMatcher;
-use crate::tokenizer::Tokenizer;
 use crate::worker::protocol::{Finish, TokenOutput};
 use crate::worker::{Event, RequestStream};
 
@@ -45,20 +47,37 @@ pub enum Update {
 
 pub struct Generation {
     request: Option<RequestStream>,
-    tokenizer: Tokenizer,
+    state: AppState,
     decoder: IncrementalDecoder,
     stop: StopMatcher,
     queue: VecDeque<Update>,
-    prompt_tokens: u32,
-    completion_tokens: u32,
+    prompt_ids: Arc<Vec<u32>>,
+    output_ids: Vec<u32>,
     cached_tokens: u32,
+    started: Instant,
+    /// When the first and the latest token came.
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
 }
 
 pub async fn start(
     state: &AppState,
     prompt: PromptInput,
-    mut params: GenParams,
+    params: GenParams,
 ) -> Result<Generation, ApiError> {
+    let mut copies = start_n(state, prompt, params, 1).await?;
+    Ok(copies.remove(0))
+}
+
+/// `n` generations of one prompt, all on the same worker so that they share the prompt's
+/// KV through its prefix cache; with a seed, copy i uses seed + i so the copies differ.
+pub async fn start_n(
+    state: &AppState,
+    prompt: PromptInput,
+    mut params: GenParams,
+    n: u32,
+) -> Result<Vec<Generation>, ApiError> {
+    let started = Instant::now();
     let input_ids = match prompt {
         PromptInput::Text {
             text,
@@ -66,21 +85,34 @@ pub async fn start(
         } => state.tokenizer.encode(text, add_special_tokens).await?,
         PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
     };
+    check_bias(&params.sampling.logit_bias, state.tokenizer.vocab_size())?;
     params.fit_to_context(input_ids.len(), state.max_context()?)?;
-    let prompt_tokens = input_ids.len() as u32;
-    let request = state
-        .pick_worker(&input_ids)?
-        .submit(input_ids, params.sampling)?;
-    Ok(Generation {
-        request: Some(request),
-        tokenizer: state.tokenizer.clone(),
-        decoder: IncrementalDecoder::new(),
-        stop: StopMatcher::new(params.stops),
-        queue: VecDeque::new(),
-        prompt_tokens,
-        completion_tokens: 0,
-        cached_tokens: 0,
-    })
+    let worker = state.pick_worker(&input_ids)?;
+    let prompt_ids = Arc::new(input_ids);
+    let mut copies = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut sampling = params.sampling.clone();
+        sampling.seed = sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+        let request = worker.submit(prompt_ids.to_vec(), sampling)?;
+        state
+            .metrics
+            .prompt_tokens
+            .fetch_add(prompt_ids.len() as u64, Ordering::Relaxed);
+        copies.push(Generation {
+            request: Some(request),
+            state: state.clone(),
+            decoder: IncrementalDecoder::new(),
+            stop: StopMatcher::new(params.stops.clone()),
+            queue: VecDeque::new(),
+            prompt_ids: prompt_ids.clone(),
+            output_ids: Vec::new(),
+            cached_tokens: 0,
+            started,
+            first_token: None,
+            last_token: None,
+        });
+    }
+    Ok(copies)
 }
 
 fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
@@ -90,6 +122,16 @@ fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
             format!("token id {t} is outside the vocabulary of {vocab_size}"),
         )),
         None => Ok(ids),
+    }
+}
+
+fn check_bias(bias: &[(u32, f64)], vocab_size: usize) -> Result<(), ApiError> {
+    match bias.iter().find(|&&(t, _)| t as usize >= vocab_size) {
+        Some((t, _)) => Err(ApiError::invalid(
+            "logit_bias",
+            format!("token id {t} is outside the vocabulary of {vocab_size}"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -119,19 +161,29 @@ impl Generation {
 
     pub fn usage(&self) -> Usage {
         Usage::new(
-            self.prompt_tokens,
-            self.completion_tokens,
+            self.prompt_ids.len() as u32,
+            self.output_ids.len() as u32,
             self.cached_tokens,
         )
     }
 
+    pub fn prompt_ids(&self) -> &[u32] {
+        &self.prompt_ids
+    }
+
+    /// Every token the worker produced so far (a final EOS or stop token id included).
+    pub fn output_ids(&self) -> &[u32] {
+        &self.output_ids
+    }
+
     fn on_token(&mut self, out: TokenOutput) {
-        self.completion_tokens += 1;
+        self.record_timing();
+        self.output_ids.push(out.token);
         self.cached_tokens = out.cached_tokens;
         let mut piece = Piece::default();
         // A `stop` finish token is EOS or a stop token id: never shown as text.
         if out.finish != Some(Finish::Stop) {
-            piece.text = self.decoder.step(&self.tokenizer, out.token);
+            piece.text = self.decoder.step(&self.state.tokenizer, out.token);
             if let Some(logprob) = out.logprob {
                 let top = out.top_logprobs.unwrap_or_default();
                 piece.logprobs.push(TokenLogprob {
@@ -142,7 +194,9 @@ impl Generation {
             }
         }
         if out.finish.is_some() {
-            piece.text.push_str(&self.decoder.finish(&self.tokenizer));
+            piece
+                .text
+                .push_str(&self.decoder.finish(&self.state.tokenizer));
         }
         let outcome = self.stop.push(&piece.text);
         piece.text = outcome.text;
@@ -162,8 +216,27 @@ impl Generation {
             self.queue.push_back(Update::Piece(piece));
         }
         if let Some(finish) = finish {
+            if let (Some(first), Some(last)) = (self.first_token, self.last_token) {
+                let tokens = self.output_ids.len() as u32;
+                self.state.metrics.observe_generation(
+                    first - self.started,
+                    last - self.started,
+                    tokens,
+                );
+            }
             self.queue.push_back(Update::Finished(finish));
         }
+    }
+
+    fn record_timing(&mut self) {
+        let now = Instant::now();
+        let metrics = &self.state.metrics;
+        metrics.generation_tokens.fetch_add(1, Ordering::Relaxed);
+        match self.last_token {
+            Some(last) => metrics.inter_token.observe(now - last),
+            None => self.first_token = Some(now),
+        }
+        self.last_token = Some(now);
     }
 }
 

@@ -10,6 +10,8 @@ pub mod config;
 pub mod detokenize;
 pub mod error;
 pub mod generate;
+pub mod metrics;
+pub mod native;
 pub mod openai;
 pub mod params;
 pub mod policy;

@@ -30,6 +30,8 @@ pub struct CommonParams {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
+    /// Token id (as a string) -> bias in [-100, 100], added to the logits.
+    pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
     /// Informational in OpenAI's API; accepted and ignored.
     pub user: Option<String>,
 }
@@ -101,10 +103,12 @@ pub struct CompletionRequest {
     pub model: String,
     pub prompt: Prompt,
     pub logprobs: Option<i64>,
+    /// Prepend the prompt to the completion.
+    pub echo: Option<bool>,
 }
 
 impl Endpoint for CompletionRequest {
-    const FIELDS: &'static [&'static str] = &["model", "prompt", "logprobs"];
+    const FIELDS: &'static [&'static str] = &["model", "prompt", "logprobs", "echo"];
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,7 +133,7 @@ pub fn parse_body<E: Endpoint>(body: &[u8]) -> Result<(E, CommonParams), ApiErro
     Ok((from_map(own)?, from_map(common)?))
 }
 
-fn from_map<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {
+pub fn from_map<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
         let inner = e.inner().to_string();
         if let Some(field) = unknown_field(&inner) {

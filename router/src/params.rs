@@ -7,6 +7,7 @@ use crate::worker::protocol::Sampling;
 
 const MAX_STOPS: usize = 4;
 const MAX_TOP_LOGPROBS: i64 = 20;
+const MAX_N: i64 = 64;
 
 /// A validated request, before its prompt length is known.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +20,8 @@ pub struct GenParams {
     pub stops: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Choices per prompt.
+    pub n: u32,
 }
 
 /// The endpoint-specific knobs, already read from their own fields.
@@ -30,10 +33,11 @@ pub struct EndpointParams {
 }
 
 pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenParams, ApiError> {
-    if let Some(n) = common.n.filter(|&n| n != 1) {
+    let n = common.n.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
         return Err(ApiError::invalid(
             "n",
-            format!("only `n` = 1 is supported; got {n}"),
+            format!("`n` must be in [1, {MAX_N}]; got {n}"),
         ));
     }
     let (max_tokens, max_tokens_field) = match endpoint.max_completion_tokens {
@@ -68,6 +72,7 @@ pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenP
         stops: stops(common.stop.as_ref())?,
         stream,
         include_usage,
+        n: n as u32,
     })
 }
 
@@ -117,7 +122,35 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
         )?,
         logprobs: e.logprobs,
         top_logprobs: top_logprobs(e)?,
+        logit_bias: logit_bias(c)?,
     })
+}
+
+/// OpenAI's `{"token id": bias}` map as (token, bias) pairs; the vocabulary bound is checked
+/// once the tokenizer is at hand (`generate::start`).
+fn logit_bias(c: &CommonParams) -> Result<Vec<(u32, f64)>, ApiError> {
+    let Some(map) = &c.logit_bias else {
+        return Ok(Vec::new());
+    };
+    map.iter()
+        .map(|(token, &bias)| {
+            let id = token.parse::<u32>().map_err(|_| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("`logit_bias` keys must be token ids; got {token:?}"),
+                )
+            })?;
+            if !(bias.is_finite() && (-100.0..=100.0).contains(&bias)) {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!(
+                        "`logit_bias` values must be in [-100, 100]; got {bias} for token {id}"
+                    ),
+                ));
+            }
+            Ok((id, bias))
+        })
+        .collect()
 }
 
 fn top_logprobs(e: &EndpointParams) -> Result<u32, ApiError> {
@@ -278,7 +311,15 @@ mod tests {
             message(r#","presence_penalty":-3"#),
             "`presence_penalty` must be in [-2, 2]; got -3"
         );
-        assert_eq!(message(r#","n":2"#), "only `n` = 1 is supported; got 2");
+        assert_eq!(message(r#","n":0"#), "`n` must be in [1, 64]; got 0");
+        assert_eq!(
+            message(r#","logit_bias":{"x":1}"#),
+            "`logit_bias` keys must be token ids; got \"x\""
+        );
+        assert_eq!(
+            message(r#","logit_bias":{"5":101}"#),
+            "`logit_bias` values must be in [-100, 100]; got 101 for token 5"
+        );
         assert_eq!(
             message(r#","max_tokens":0"#),
             "`max_tokens` must be at least 1; got 0"
@@ -310,6 +351,8 @@ mod tests {
         assert_eq!(p.sampling.top_logprobs, 2);
         assert_eq!(p.stops, ["\n"]);
         assert!(p.stream && p.include_usage);
+        let p = params(r#","logit_bias":{"7":-100,"3":2.5}"#).unwrap();
+        assert_eq!(p.sampling.logit_bias, [(3, 2.5), (7, -100.0)]);
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Json, Response};
+use futures::future::join_all;
+use futures::stream::{select_all, StreamExt};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -16,12 +18,15 @@ use crate::state::unix_now;
 use crate::worker::protocol::Finish;
 
 pub trait Format: Send + 'static {
-    /// The chunk that opens a stream, if the endpoint has one (chat's `role`).
-    fn opening_chunk(&mut self) -> Option<Value>;
-    /// A streamed chunk: a piece of text, or the finish.
-    fn chunk(&mut self, piece: &Piece, finish: Option<Finish>) -> Value;
+    /// What opens choice `index`'s stream, if anything (chat's `role`, an echoed prompt).
+    fn opening_chunk(&mut self, index: u32) -> Option<Value>;
+    /// A streamed chunk of choice `index`: a piece of text, or the finish.
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value;
     fn usage_chunk(&self, usage: Usage) -> Value;
-    fn complete(&mut self, piece: &Piece, finish: Finish, usage: Usage) -> Value;
+    /// Choice `index` of a complete (non-streamed) response.
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value;
+    /// The complete response around its choices.
+    fn complete(&self, choices: Vec<Value>, usage: Usage) -> Value;
 }
 
 pub fn finish_reason(finish: Finish) -> &'static str {
@@ -31,40 +36,77 @@ pub fn finish_reason(finish: Finish) -> &'static str {
     }
 }
 
+/// The generations of one response: `n` copies of each prompt, in choice order (prompt-major,
+/// as OpenAI numbers choices). Usage counts each prompt once and every completion.
+pub struct Choices {
+    pub generations: Vec<Generation>,
+    pub n: usize,
+}
+
+fn total_usage(usages: &[Usage], n: usize) -> Usage {
+    let mut total = Usage::default();
+    for (i, u) in usages.iter().enumerate() {
+        if i % n == 0 {
+            total.prompt_tokens += u.prompt_tokens;
+            total.prompt_tokens_details.cached_tokens += u.prompt_tokens_details.cached_tokens;
+        }
+        total.completion_tokens += u.completion_tokens;
+    }
+    total.total_tokens = total.prompt_tokens + total.completion_tokens;
+    total
+}
+
 pub async fn respond<F: Format>(
-    mut generation: Generation,
+    choices: Choices,
     mut format: F,
     stream: bool,
     include_usage: bool,
 ) -> Result<Response, ApiError> {
+    let Choices { mut generations, n } = choices;
     if !stream {
-        let (piece, finish) = collect(&mut generation).await?;
-        return Ok(Json(format.complete(&piece, finish, generation.usage())).into_response());
+        let results = join_all(generations.iter_mut().map(collect)).await;
+        let mut body = Vec::with_capacity(results.len());
+        for (i, result) in results.into_iter().enumerate() {
+            let (piece, finish) = result?;
+            body.push(format.choice(i as u32, &piece, finish));
+        }
+        let usages: Vec<Usage> = generations.iter().map(Generation::usage).collect();
+        return Ok(Json(format.complete(body, total_usage(&usages, n))).into_response());
     }
+    let mut usages = vec![Usage::default(); generations.len()];
+    let mut merged = select_all(generations.into_iter().enumerate().map(|(i, g)| {
+        Box::pin(futures::stream::unfold(g, move |mut g| async move {
+            let update = g.next().await?;
+            Some(((i as u32, update, g.usage()), g))
+        }))
+    }));
     // Wait for the first update so that a request the worker refuses is an HTTP error, not
     // a 200 followed by an error event.
-    let first = generation.next().await.transpose()?;
+    let first = match merged.next().await {
+        Some((_, Err(e), _)) => return Err(e),
+        other => other,
+    };
+    let count = usages.len() as u32;
     let events = async_stream::stream! {
-        if let Some(opening) = format.opening_chunk() {
-            yield data(&opening);
+        for index in 0..count {
+            if let Some(opening) = format.opening_chunk(index) {
+                yield data(&opening);
+            }
         }
-        let mut update = first;
-        while let Some(current) = update.take() {
-            match current {
-                Update::Piece(piece) => yield data(&format.chunk(&piece, None)),
-                Update::Finished(finish) => {
-                    yield data(&format.chunk(&Piece::default(), Some(finish)));
-                    if include_usage {
-                        yield data(&format.usage_chunk(generation.usage()));
-                    }
-                    break;
+        let mut item = first;
+        while let Some((index, update, usage)) = item.take() {
+            match update {
+                Ok(Update::Piece(piece)) => yield data(&format.chunk(index, &piece, None)),
+                Ok(Update::Finished(finish)) => {
+                    usages[index as usize] = usage;
+                    yield data(&format.chunk(index, &Piece::default(), Some(finish)));
                 }
+                Err(e) => yield data(&e.body()),
             }
-            match generation.next().await {
-                Some(Ok(next)) => update = Some(next),
-                Some(Err(e)) => yield data(&e.body()),
-                None => {}
-            }
+            item = merged.next().await;
+        }
+        if include_usage {
+            yield data(&format.usage_chunk(total_usage(&usages, n)));
         }
         yield Ok::<Event, Infallible>(Event::default().data("[DONE]"));
     };
@@ -127,5 +169,17 @@ mod tests {
         assert_eq!(v["usage"]["total_tokens"], 5);
         assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
         assert_eq!(finish_reason(Finish::Length), "length");
+    }
+
+    #[test]
+    fn usage_counts_each_prompt_once() {
+        // Two prompts (5 and 7 tokens) with n = 2.
+        let usages = [
+            Usage::new(5, 3, 4),
+            Usage::new(5, 2, 4),
+            Usage::new(7, 1, 0),
+            Usage::new(7, 6, 0),
+        ];
+        assert_eq!(total_usage(&usages, 2), Usage::new(12, 12, 4));
     }
 }

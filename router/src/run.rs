@@ -156,6 +156,7 @@ async fn serve_http(
         policy: create_policy(),
         max_context: 0.into(),
         started: unix_now(),
+        metrics: Default::default(),
     });
     let address = listener
         .local_addr()

@@ -3,18 +3,20 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::chat::{self, ChatFormat};
 use crate::completions::{self, CompletionFormat};
 use crate::error::ApiError;
 use crate::generate;
+use crate::native;
 use crate::openai::{parse_body, ChatRequest, CompletionRequest};
 use crate::params::validate;
-use crate::respond::{respond, Head};
+use crate::respond::{respond, Choices, Head};
 use crate::state::AppState;
 use crate::worker::WorkerState;
 
@@ -26,11 +28,46 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/generate", post(generate_native))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
+}
+
+/// The routes counted by name in `minisgl_requests_total`; anything else is "other".
+const ROUTES: [&str; 9] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/generate",
+    "/health",
+    "/metrics",
+    "/",
+];
+
+async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let endpoint = ROUTES
+        .iter()
+        .find(|&&r| r == path)
+        .copied()
+        .unwrap_or("other");
+    let response = next.run(req).await;
+    state
+        .metrics
+        .count_request(endpoint, response.status().as_u16());
+    response
 }
 
 async fn chat_completions(
@@ -42,13 +79,17 @@ async fn chat_completions(
     let endpoint = chat::endpoint_params(&req)?;
     let params = validate(&common, &endpoint)?;
     let prompt = chat::prompt(&state, &req.messages)?;
-    let generation = generate::start(&state, prompt, params.clone()).await?;
+    let generations = generate::start_n(&state, prompt, params.clone(), params.n).await?;
     let format = ChatFormat {
         head: Head::new("chatcmpl", &state.model_name),
         tokenizer: state.tokenizer.clone(),
         logprobs: endpoint.logprobs,
     };
-    respond(generation, format, params.stream, params.include_usage).await
+    let choices = Choices {
+        generations,
+        n: params.n as usize,
+    };
+    respond(choices, format, params.stream, params.include_usage).await
 }
 
 async fn completions(
@@ -59,11 +100,40 @@ async fn completions(
     state.check_model(&req.model)?;
     let endpoint = completions::endpoint_params(&req)?;
     let params = validate(&common, &endpoint)?;
-    let prompt = completions::prompt(req.prompt)?;
-    let generation = generate::start(&state, prompt, params.clone()).await?;
+    let echo = req.echo.unwrap_or(false);
+    let prompts = completions::prompts(req.prompt)?;
+    let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;
     let head = Head::new("cmpl", &state.model_name);
-    let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs);
-    respond(generation, format, params.stream, params.include_usage).await
+    let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, echoes);
+    respond(choices, format, params.stream, params.include_usage).await
+}
+
+async fn tokenize(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let req = native::parse(&body)?;
+    native::tokenize(&state, req).await.map(Json)
+}
+
+async fn detokenize(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    native::detokenize(&state, native::parse(&body)?).map(Json)
+}
+
+async fn generate_native(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    native::generate(&state, native::parse(&body)?).await
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.render(&state.workers);
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {

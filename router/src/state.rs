@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::chat_template::ChatTemplate;
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::tokenizer::Tokenizer;
 use crate::worker::WorkerClient;
@@ -24,6 +25,7 @@ pub struct Shared {
     pub max_context: AtomicU32,
     /// Unix time the router started (the `created` of /v1/models).
     pub started: u64,
+    pub metrics: Metrics,
 }
 
 impl AppState {

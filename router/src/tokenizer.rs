@@ -50,6 +50,11 @@ impl Tokenizer {
         self.inner.decode(ids, true).unwrap_or_default()
     }
 
+    /// Text of `ids` with special tokens kept (/detokenize, echo of token prompts).
+    pub fn decode_with_specials(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, false).unwrap_or_default()
+    }
+
     /// The vocabulary string of one token, as shown in logprobs (`Ġthe`-style for byte-level BPE
     /// is turned into text by decoding the single token; specials keep their name).
     pub fn token_text(&self, id: u32) -> String {

@@ -1,9 +1,9 @@
 """Turns last-token logits into next tokens, per request.
 
 Order of processing, per row: penalties (frequency/presence over generated tokens,
-repetition over prompt + generated), min_new_tokens masking (EOS unless ignore_eos, and the
-stop ids), temperature; then greedy rows take the argmax, sampling rows apply top-k, top-p,
-min-p and draw (seeded requests from their own generator).
+repetition over prompt + generated), logit_bias, min_new_tokens masking (EOS unless
+ignore_eos, and the stop ids), temperature; then greedy rows take the argmax, sampling
+rows apply top-k, top-p, min-p and draw (seeded requests from their own generator).
 
 Reported logprobs are the log-softmax of the *processed* logits: after penalties, masking
 and temperature (1 for greedy), before top-k/top-p/min-p truncation, so alternatives that
@@ -41,7 +41,9 @@ def _stop_masked(req: Req) -> bool:
 
 def _is_plain_greedy(req: Req) -> bool:
     s = req.sampling
-    return s.is_greedy and not (s.logprobs or _has_penalty(req) or _stop_masked(req))
+    return s.is_greedy and not (
+        s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req)
+    )
 
 
 class Sampler:
@@ -59,6 +61,9 @@ class Sampler:
         for i, req in enumerate(reqs):
             if _has_penalty(req):
                 self._apply_penalties(logits[i], req)
+            if req.sampling.logit_bias:
+                ids, bias = zip(*req.sampling.logit_bias)
+                logits[i, list(ids)] += self._tensor(list(bias), logits.dtype)
             if _stop_masked(req):
                 stop_ids = list(req.sampling.stop_token_ids)
                 if not req.sampling.ignore_eos:

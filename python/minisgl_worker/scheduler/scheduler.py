@@ -67,6 +67,10 @@ class Scheduler:
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []  # running, prompt not done (chunked)
         self.decode = DecodeManager()
+        # Cumulative prompt tokens of requests that produced their first token, and how many
+        # of them the prefix cache supplied (the `load` message's hit-rate counters).
+        self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
 
     # ---- requests in ----
 
@@ -205,6 +209,9 @@ class Scheduler:
             n = req.output_ids.index(PENDING_TOKEN) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
             finish = self._finish_reason(req, token, n)
+            if n == 1:
+                self.prompt_tokens += len(req.input_ids)
+                self.cached_prompt_tokens += req.prefix_len
             outputs.append(TokenOutput(
                 req.rid, token, out.logprobs[i], out.top_logprobs[i], finish, req.prefix_len
             ))
@@ -254,6 +261,8 @@ class Scheduler:
             kv_used=self.cache.num_used_pages * ps,
             kv_cached=self.cache.prefix_cache.sizes().evictable_pages * ps,
             kv_total=self.allocator.num_pages * ps,
+            prompt_tokens=self.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
         )
 
     def check_invariants(self) -> None:

@@ -99,7 +99,7 @@ async fn client_mistakes_get_openai_errors() {
         (e["message"].as_str().unwrap(), e["param"].as_str().unwrap()),
         ("unsupported parameter `best_of`", "best_of")
     );
-    let e = error_of(&s, chat(json!({"n": 2})), StatusCode::BAD_REQUEST).await;
+    let e = error_of(&s, chat(json!({"n": 0})), StatusCode::BAD_REQUEST).await;
     assert_eq!(e["param"], "n");
     let long = post(
         "/v1/completions",
@@ -170,6 +170,7 @@ async fn chat_without_a_template_is_a_400() {
         policy: create_policy(),
         max_context: 256.into(),
         started: 0,
+        metrics: Default::default(),
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

@@ -21,6 +21,7 @@ use crate::worker::WorkerClient;
 
 mod failures;
 mod generation;
+mod native;
 
 const ANSWER: &str = "The capital of France is Paris.";
 const EOS: u32 = 2;
@@ -51,6 +52,7 @@ impl Setup {
             policy: create_policy(),
             max_context: router_context.into(),
             started: 0,
+            metrics: Default::default(),
         });
         Self { fake, state }
     }

@@ -25,6 +25,8 @@ pub struct Sampling {
     pub repetition_penalty: f64,
     pub logprobs: bool,
     pub top_logprobs: u32,
+    /// (token, bias) pairs added to the logits before temperature; bias in [-100, 100].
+    pub logit_bias: Vec<(u32, f64)>,
 }
 
 impl Default for Sampling {
@@ -45,6 +47,7 @@ impl Default for Sampling {
             repetition_penalty: 1.0,
             logprobs: false,
             top_logprobs: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -99,6 +102,10 @@ pub struct Load {
     pub kv_used: u32,
     pub kv_cached: u32,
     pub kv_total: u32,
+    /// Cumulative: prompt tokens of every request the worker started.
+    pub prompt_tokens: u64,
+    /// Cumulative: of those, the tokens that came from the prefix cache.
+    pub cached_prompt_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,6 +180,7 @@ mod tests {
             repetition_penalty: 1.1,
             logprobs: true,
             top_logprobs: 3,
+            logit_bias: vec![(42, 5.0), (7, -100.0)],
         };
         vec![
             RouterMsg::Generate {
@@ -236,6 +244,8 @@ mod tests {
                 kv_used: 1000,
                 kv_cached: 500,
                 kv_total: 123456,
+                prompt_tokens: 4096,
+                cached_prompt_tokens: 1024,
             }),
         ]
     }

@@ -40,6 +40,7 @@ FRAMES = {
                 repetition_penalty=1.1,
                 logprobs=True,
                 top_logprobs=3,
+                logit_bias=[(42, 5.0), (7, -100.0)],
             ),
         ),
         Generate(rid=2**40, input_ids=[5], sampling=SamplingParams()),
@@ -66,7 +67,15 @@ FRAMES = {
         ),
         Error(rid=9, message="prompt has 9000 tokens; the context is 8192"),
         Error(rid=None, message="frame version must be 1; got 2"),
-        Load(waiting=3, running=64, kv_used=1000, kv_cached=500, kv_total=123456),
+        Load(
+            waiting=3,
+            running=64,
+            kv_used=1000,
+            kv_cached=500,
+            kv_total=123456,
+            prompt_tokens=4096,
+            cached_prompt_tokens=1024,
+        ),
     ],
 }
 

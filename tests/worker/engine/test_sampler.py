@@ -111,3 +111,12 @@ def test_logprobs_are_log_softmax_of_the_processed_logits() -> None:
     assert lp_sampled is not None
     assert math.isclose(lp_sampled, float(lp1[int(out.tokens[1])]), abs_tol=1e-5)
     assert out.top_logprobs[1] is None
+
+
+def test_logit_bias_forces_and_bans_tokens() -> None:
+    logits = _logits(2)
+    best = logits.argmax(-1).tolist()
+    forced = _reqs(1, logit_bias=[(9, 100.0)])
+    banned = _reqs(1, logit_bias=[(best[1], -100.0)])
+    assert _sample(logits[:1], forced) == [9]
+    assert _sample(logits[1:], banned) != [best[1]]

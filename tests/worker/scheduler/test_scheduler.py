@@ -175,3 +175,5 @@ def test_load_reports_usage(make_scheduler: Any) -> None:
     assert (load.waiting, load.running) == (0, 2)
     assert load.kv_used == len(PROMPTS[1]) + len(PROMPTS[2])
     assert load.kv_cached == 0
+    assert load.prompt_tokens == len(PROMPTS[1]) + len(PROMPTS[2])
+    assert load.cached_prompt_tokens == 0
