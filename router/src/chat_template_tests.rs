@@ -1,0 +1,117 @@
+//! Chat template tests: HF idioms, and byte-identical rendering against transformers.
+
+use super::*;
+use crate::tokenizer::tests::tiny_model_dir;
+
+fn msg(role: &str, content: &str) -> TemplateMessage {
+    TemplateMessage {
+        role: role.into(),
+        content: content.into(),
+        name: None,
+        tool_call_id: None,
+    }
+}
+
+#[test]
+fn renders_chatml_with_default_system_prompt() {
+    let t = ChatTemplate::from_model_dir(&tiny_model_dir())
+        .unwrap()
+        .unwrap();
+    let text = t.render(&[msg("user", "Hi")]).unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+         Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn hf_idioms_work() {
+    let source = "{% for m in messages %}{% if m.role not in ['user'] %}\
+        {{ raise_exception('only user') }}{% endif %}{{ bos_token }}{{ m.content.strip() | tojson }}\
+        {% if loop.index > 0 %}{% break %}{% endif %}{% endfor %}{{ eos_token }}";
+    let t = ChatTemplate::new(source.into(), "<s>".into(), "</s>".into()).unwrap();
+    assert_eq!(t.render(&[msg("user", "  hi ")]).unwrap(), "<s>\"hi\"</s>");
+    let err = t.render(&[msg("system", "x")]).unwrap_err();
+    assert_eq!(err.message(), "chat template: only user");
+}
+
+#[test]
+fn optional_message_fields_are_undefined_unless_sent() {
+    let source = "{% for m in messages %}{{ m.name if m.name is defined else '-' }};{% endfor %}";
+    let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+    let named = TemplateMessage {
+        name: Some("bob".into()),
+        ..msg("user", "hi")
+    };
+    assert_eq!(t.render(&[named, msg("user", "hi")]).unwrap(), "bob;-;");
+}
+
+#[test]
+fn picks_the_default_of_named_templates_and_token_maps() {
+    let config = serde_json::json!({
+        "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}],
+        "eos_token": {"content": "</s>"}
+    });
+    assert_eq!(template_from_config(&config).as_deref(), Some("D"));
+    assert_eq!(special_token(&config, "eos_token"), "</s>");
+    assert_eq!(special_token(&config, "bos_token"), "");
+}
+
+#[test]
+fn no_template_is_none() {
+    let dir = std::env::temp_dir().join(format!("minisgl-no-template-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(ChatTemplate::from_model_dir(&dir).unwrap().is_none());
+}
+
+#[test]
+fn strftime_formats_utc_dates() {
+    // 2024-02-29 13:05:09 UTC
+    assert_eq!(
+        strftime(1_709_211_909, "%d %B %Y %H:%M:%S (%b) 100%%"),
+        "29 February 2024 13:05:09 (Feb) 100%"
+    );
+}
+
+#[test]
+fn loop_controls_and_strftime_now() {
+    let source = "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}\
+        {{ m.content }}{% if loop.last %}.{% endif %}{% endfor %}{{ strftime_now('%Y')|length }}";
+    let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+    let messages = [msg("system", "s"), msg("user", "a"), msg("assistant", "b")];
+    assert_eq!(t.render(&messages).unwrap(), "ab.4");
+}
+
+/// router/tests/data/chat_template_vectors.json: conversations rendered by transformers'
+/// `apply_chat_template` with the default model's template (chat_template_vectors.py).
+#[test]
+fn default_template_renders_like_transformers() {
+    let path = format!(
+        "{}/tests/data/chat_template_vectors.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let data: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let text = |v: &Json| v.as_str().unwrap().to_string();
+    let t = ChatTemplate::new(
+        text(&data["template"]),
+        text(&data["bos_token"]),
+        text(&data["eos_token"]),
+    )
+    .unwrap();
+    let cases = data["cases"].as_array().unwrap();
+    assert!(cases.len() >= 8);
+    for case in cases {
+        let messages: Vec<TemplateMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| msg(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            t.render(&messages).unwrap(),
+            text(&case["rendered"]),
+            "{case}"
+        );
+    }
+}
