@@ -188,7 +188,8 @@ class RadixCache(BasePrefixCache):
         return out
 
     def check_integrity(self) -> None:
-        ps, evictable, protected, seen = self.page_size, 0, 0, set()
+        ps, evictable, protected = self.page_size, 0, 0
+        seen: set[int] = set()
         for node in self._nodes():
             parent = node.parent
             assert parent is not None and node.pages, "empty or detached node"

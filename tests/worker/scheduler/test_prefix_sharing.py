@@ -64,3 +64,20 @@ def test_a_retracted_request_resumes_from_its_cached_prefix(
         sched.step()
         sched.cache.check_integrity()
     assert matched and max(matched) >= 20  # more than its prompt came back from the cache
+
+
+def test_load_separates_live_kv_from_evictable_cache(
+    engine_factory: Any, tiny_llama: tuple[Path, Any]
+) -> None:
+    sched = Scheduler(engine_factory(tiny_llama[0], kv_tokens=256))
+    run_all(sched, PROMPTS[:1])
+    load = sched.load()
+    # Finished: its prompt and output (all but the last token) stay cached, evictable.
+    assert (load.kv_used, load.kv_cached) == (0, len(PROMPTS[0]) + GREEDY.max_new_tokens - 1)
+    assert sched.add_request(Generate(9, PROMPTS[1], GREEDY)) is None
+    sched.step()
+    load = sched.load()
+    # Running: the matched prefix is locked (used), the rest of the old entry stays evictable.
+    assert load.kv_used == len(PROMPTS[1]) and load.kv_used + load.kv_cached == 256 - (
+        sched.allocator.num_free
+    )
