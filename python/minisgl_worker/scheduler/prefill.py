@@ -34,8 +34,12 @@ class PrefillAdder:
         self._sharing = cache.prefix_cache.shares_prefixes
 
     def defers(self, req: Req) -> bool:
-        """Whether a new request should wait a step for a prefix this step computes."""
+        """Whether a new request should wait a step for a prefix this step computes. False
+        once nothing more can be admitted (try_add then ends the step's admissions), so a
+        long queue is not scanned."""
         if not self._computing or req.status != ReqStatus.WAITING:
+            return False
+        if self.budget <= 0 or not self.table.can_allocate():
             return False
         pages = self.cache.prefix_cache.match_prefix(req.all_ids[:-1]).pages
         return self._key(req, len(pages) * self.cache.page_size) in self._computing
