@@ -12,6 +12,8 @@ use crate::error::ApiError;
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: Arc<tokenizers::Tokenizer>,
+    /// Computed once: `get_vocab_size` builds the whole vocabulary map on every call.
+    vocab_size: usize,
 }
 
 impl Tokenizer {
@@ -19,6 +21,7 @@ impl Tokenizer {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
         Ok(Self {
+            vocab_size: inner.get_vocab_size(true),
             inner: Arc::new(inner),
         })
     }
@@ -78,7 +81,7 @@ impl Tokenizer {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 }
 
