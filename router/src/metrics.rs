@@ -1,0 +1,262 @@
+//! Prometheus metrics, rendered by hand in the text exposition format (version 0.0.4).
+//!
+//! Why hand-written: the router needs a few counters and four fixed-bucket histograms that
+//! are updated on every token; atomics do that without locks, and the text format is a page
+//! of `format!`s. The `prometheus` or `metrics-exporter-prometheus` crates would add a
+//! registry, label hashing and a dozen dependencies to build for no extra function.
+//!
+//! Series: `minisgl_requests_total{endpoint, status}`; latency histograms (seconds)
+//! `minisgl_time_to_first_token_seconds`, `minisgl_time_per_output_token_seconds`,
+//! `minisgl_inter_token_latency_seconds`, `minisgl_e2e_request_latency_seconds`; token
+//! counters; and per worker (label `worker`, its address) the last `load` it sent: waiting
+//! and running requests, `minisgl_kv_cache_used_tokens` (held by live requests),
+//! `minisgl_kv_cache_cached_tokens` (evictable cached prefixes), the KV capacity, the
+//! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::worker::WorkerClient;
+
+/// Upper bounds in seconds; the last bucket is +Inf.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// A fixed-bucket histogram; observing is a few relaxed atomic adds.
+pub struct Histogram {
+    counts: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, value: Duration) {
+        let secs = value.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| secs <= bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(value.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, count) in self.counts.iter().enumerate() {
+            cumulative += count.load(Ordering::Relaxed);
+            let le = LATENCY_BUCKETS
+                .get(i)
+                .map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {cumulative}");
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    /// (endpoint, status code) -> count.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    pub ttft: Histogram,
+    pub tpot: Histogram,
+    pub inter_token: Histogram,
+    pub e2e: Histogram,
+    pub prompt_tokens: AtomicU64,
+    pub generation_tokens: AtomicU64,
+}
+
+impl Metrics {
+    pub fn count_request(&self, endpoint: &str, status: u16) {
+        let mut requests = self.requests.lock().unwrap();
+        *requests.entry((endpoint.to_string(), status)).or_default() += 1;
+    }
+
+    /// One finished generation: `ttft` to its first token, `total` to its last, `tokens` made.
+    pub fn observe_generation(&self, ttft: Duration, total: Duration, tokens: u32) {
+        self.ttft.observe(ttft);
+        self.e2e.observe(total);
+        if tokens > 1 {
+            self.tpot.observe((total - ttft) / (tokens - 1));
+        }
+    }
+
+    pub fn render(&self, workers: &[WorkerClient]) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP minisgl_requests_total HTTP requests by endpoint and status.\n");
+        out.push_str("# TYPE minisgl_requests_total counter\n");
+        for ((endpoint, status), n) in self.requests.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "minisgl_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
+            );
+        }
+        self.ttft.render(
+            &mut out,
+            "minisgl_time_to_first_token_seconds",
+            "Time from the request to its first token.",
+        );
+        self.tpot.render(
+            &mut out,
+            "minisgl_time_per_output_token_seconds",
+            "Mean time per output token after the first, per request.",
+        );
+        self.inter_token.render(
+            &mut out,
+            "minisgl_inter_token_latency_seconds",
+            "Time between consecutive tokens of a request.",
+        );
+        self.e2e.render(
+            &mut out,
+            "minisgl_e2e_request_latency_seconds",
+            "Time from the request to its last token.",
+        );
+        counter(
+            &mut out,
+            "minisgl_prompt_tokens_total",
+            "Prompt tokens of generations started.",
+            self.prompt_tokens.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "minisgl_generation_tokens_total",
+            "Tokens generated.",
+            self.generation_tokens.load(Ordering::Relaxed),
+        );
+        render_workers(&mut out, workers);
+        out
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
+/// Per worker gauges from its last `load` message (absent until it sent one).
+fn render_workers(out: &mut String, workers: &[WorkerClient]) {
+    type Field = fn(&crate::worker::protocol::Load) -> f64;
+    let series: [(&str, &str, &str, Field); 8] = [
+        (
+            "minisgl_num_requests_waiting",
+            "gauge",
+            "Requests queued in the worker.",
+            |l| l.waiting.into(),
+        ),
+        (
+            "minisgl_num_requests_running",
+            "gauge",
+            "Requests the worker is running.",
+            |l| l.running.into(),
+        ),
+        (
+            "minisgl_kv_cache_used_tokens",
+            "gauge",
+            "KV cache tokens held by live requests.",
+            |l| l.kv_used.into(),
+        ),
+        (
+            "minisgl_kv_cache_cached_tokens",
+            "gauge",
+            "KV cache tokens of evictable cached prefixes.",
+            |l| l.kv_cached.into(),
+        ),
+        (
+            "minisgl_kv_cache_total_tokens",
+            "gauge",
+            "KV cache capacity in tokens.",
+            |l| l.kv_total.into(),
+        ),
+        (
+            "minisgl_worker_prompt_tokens_total",
+            "counter",
+            "Prompt tokens the worker started.",
+            |l| l.prompt_tokens as f64,
+        ),
+        (
+            "minisgl_worker_cached_prompt_tokens_total",
+            "counter",
+            "Prompt tokens served from the prefix cache.",
+            |l| l.cached_prompt_tokens as f64,
+        ),
+        (
+            "minisgl_prefix_cache_hit_rate",
+            "gauge",
+            "Cached prompt tokens / prompt tokens since the worker started.",
+            |l| {
+                if l.prompt_tokens == 0 {
+                    0.0
+                } else {
+                    l.cached_prompt_tokens as f64 / l.prompt_tokens as f64
+                }
+            },
+        ),
+    ];
+    let loads: Vec<_> = workers.iter().map(|w| (w.address(), w.load())).collect();
+    for (name, kind, help, field) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (address, load) in &loads {
+            if let Some(load) = load {
+                let _ = writeln!(out, "{name}{{worker=\"{address}\"}} {}", field(load));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(500));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(60));
+        let mut out = String::new();
+        h.render(&mut out, "x", "help");
+        assert!(out.contains("x_bucket{le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.005\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"30\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_sum 60.0035\nx_count 3\n"), "{out}");
+    }
+
+    #[test]
+    fn requests_are_counted_by_endpoint_and_status() {
+        let m = Metrics::default();
+        m.count_request("/v1/completions", 200);
+        m.count_request("/v1/completions", 200);
+        m.count_request("/v1/completions", 400);
+        m.observe_generation(Duration::from_millis(10), Duration::from_millis(30), 3);
+        let out = m.render(&[]);
+        assert!(
+            out.contains("minisgl_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n")
+        );
+        assert!(
+            out.contains("minisgl_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n")
+        );
+        assert!(out.contains("minisgl_time_per_output_token_seconds_count 1\n"));
+        assert!(out.contains("minisgl_time_per_output_token_seconds_sum 0.01\n"));
+    }
+}
