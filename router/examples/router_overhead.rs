@@ -48,7 +48,7 @@ struct Args {
 fn args() -> Args {
     let mut a = Args {
         model: dirs_default_model(),
-        connections: 32,
+        connections: 256,
         seconds: 5.0,
         rate: 500.0,
         ids: false,
@@ -188,7 +188,10 @@ async fn one(sender: &mut Sender, body: Bytes) -> (Duration, Duration) {
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
             first.get_or_insert_with(|| start.elapsed());
-            tail = data.to_vec();
+            // The last bytes seen, across frame boundaries.
+            tail.extend_from_slice(&data);
+            let cut = tail.len().saturating_sub(32);
+            tail.drain(..cut);
         }
     }
     assert!(String::from_utf8_lossy(&tail).contains("[DONE]"));

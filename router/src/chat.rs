@@ -1,5 +1,6 @@
 //! /v1/chat/completions: messages -> chat template -> prompt; chunks in `chat.completion` shape.
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::chat_template::TemplateMessage;
@@ -95,6 +96,21 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
     })
 }
 
+#[derive(Serialize)]
+struct DeltaChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Value,
+    finish_reason: Option<&'static str>,
+}
+
+/// `{"content": ...}`, or `{}` in the finish chunk.
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
 pub struct ChatFormat {
     pub head: Head,
     pub tokenizer: Tokenizer,
@@ -131,21 +147,18 @@ impl Format for ChatFormat {
         Some(self.head.object("chat.completion.chunk", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value {
-        let (delta, logprobs) = match finish {
-            Some(_) => (json!({}), Value::Null),
-            None => (
-                json!({"content": piece.text}),
-                self.logprobs(&piece.logprobs),
-            ),
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String {
+        let (content, logprobs) = match finish {
+            Some(_) => (None, Value::Null),
+            None => (Some(piece.text.as_str()), self.logprobs(&piece.logprobs)),
         };
-        let choice = json!({
-            "index": index,
-            "delta": delta,
-            "logprobs": logprobs,
-            "finish_reason": finish.map(finish_reason),
-        });
-        self.head.object("chat.completion.chunk", json!([choice]))
+        let choice = DeltaChoice {
+            index,
+            delta: Delta { content },
+            logprobs,
+            finish_reason: finish.map(finish_reason),
+        };
+        self.head.chunk("chat.completion.chunk", choice)
     }
 
     fn usage_chunk(&self, usage: Usage) -> Value {

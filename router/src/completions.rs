@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -96,6 +97,14 @@ pub struct CompletionFormat {
     offsets: Vec<usize>,
 }
 
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    index: u32,
+    text: &'a str,
+    logprobs: Value,
+    finish_reason: Option<&'static str>,
+}
+
 /// The `logprobs` object of one piece: four parallel lists.
 #[derive(Default)]
 struct LogprobLists {
@@ -186,16 +195,16 @@ impl Format for CompletionFormat {
         Some(self.head.object("text_completion", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value {
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String {
         let mut lists = LogprobLists::default();
         self.completion_lists(index, &piece.logprobs, &mut lists);
-        let choice = json!({
-            "index": index,
-            "text": piece.text,
-            "logprobs": self.render(lists),
-            "finish_reason": finish.map(finish_reason),
-        });
-        self.head.object("text_completion", json!([choice]))
+        let choice = TextChoice {
+            index,
+            text: &piece.text,
+            logprobs: self.render(lists),
+            finish_reason: finish.map(finish_reason),
+        };
+        self.head.chunk("text_completion", choice)
     }
 
     fn usage_chunk(&self, usage: Usage) -> Value {

@@ -111,13 +111,52 @@ impl Endpoint for CompletionRequest {
     const FIELDS: &'static [&'static str] = &["model", "prompt", "logprobs", "echo"];
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum Prompt {
     Text(String),
     Texts(Vec<String>),
     Ids(Vec<u32>),
     IdLists(Vec<Vec<u32>>),
+}
+
+/// By hand rather than `#[serde(untagged)]`, which buffers a 512-id prompt and retries each
+/// shape on it: this reads the shape off the first element.
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(d)?;
+        let shape = || {
+            D::Error::custom(
+                "must be a string, a list of strings, a list of token ids or a list of token-id lists",
+            )
+        };
+        let ids = |v: &Value| -> Option<Vec<u32>> {
+            v.as_array()?
+                .iter()
+                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                .collect()
+        };
+        match &value {
+            Value::String(s) => Ok(Self::Text(s.clone())),
+            Value::Array(items) => match items.first() {
+                None | Some(Value::String(_)) => items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<_>>()
+                    .map(Self::Texts)
+                    .ok_or_else(shape),
+                Some(Value::Number(_)) => ids(&value).map(Self::Ids).ok_or_else(shape),
+                Some(Value::Array(_)) => items
+                    .iter()
+                    .map(ids)
+                    .collect::<Option<_>>()
+                    .map(Self::IdLists)
+                    .ok_or_else(shape),
+                Some(_) => Err(shape()),
+            },
+            _ => Err(shape()),
+        }
+    }
 }
 
 /// Parses a JSON body into the endpoint's fields and the common ones.
@@ -249,5 +288,12 @@ mod tests {
         assert!(matches!(parse(r#"["hi"]"#), Prompt::Texts(_)));
         assert!(matches!(parse("[1,2]"), Prompt::Ids(_)));
         assert!(matches!(parse("[[1,2]]"), Prompt::IdLists(_)));
+        let err =
+            parse_body::<CompletionRequest>(br#"{"model":"m","prompt":[1,"a"]}"#).unwrap_err();
+        assert!(
+            err.message().starts_with("`prompt`: must be a string"),
+            "{}",
+            err.message()
+        );
     }
 }

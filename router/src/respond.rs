@@ -9,6 +9,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Json, Response};
 use futures::future::join_all;
 use futures::stream::{select_all, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -20,8 +21,9 @@ use crate::worker::protocol::Finish;
 pub trait Format: Send + 'static {
     /// What opens choice `index`'s stream, if anything (chat's `role`, an echoed prompt).
     fn opening_chunk(&mut self, index: u32) -> Option<Value>;
-    /// A streamed chunk of choice `index`: a piece of text, or the finish.
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> Value;
+    /// A streamed chunk of choice `index` (a piece of text, or the finish), serialized: it is
+    /// the per-token hot path, so it is written straight from borrowed fields.
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String;
     fn usage_chunk(&self, usage: Usage) -> Value;
     /// Choice `index` of a complete (non-streamed) response.
     fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value;
@@ -96,10 +98,10 @@ pub async fn respond<F: Format>(
         let mut item = first;
         while let Some((index, update, usage)) = item.take() {
             match update {
-                Ok(Update::Piece(piece)) => yield data(&format.chunk(index, &piece, None)),
+                Ok(Update::Piece(piece)) => yield text(format.chunk(index, &piece, None)),
                 Ok(Update::Finished(finish)) => {
                     usages[index as usize] = usage;
-                    yield data(&format.chunk(index, &Piece::default(), Some(finish)));
+                    yield text(format.chunk(index, &Piece::default(), Some(finish)));
                 }
                 Err(e) => yield data(&e.body()),
             }
@@ -114,7 +116,21 @@ pub async fn respond<F: Format>(
 }
 
 fn data(value: &Value) -> Result<Event, Infallible> {
-    Ok(Event::default().data(value.to_string()))
+    text(value.to_string())
+}
+
+fn text(json: String) -> Result<Event, Infallible> {
+    Ok(Event::default().data(json))
+}
+
+/// A streamed object with one choice, serialized from borrowed fields (no `Value` tree).
+#[derive(Serialize)]
+struct ChunkRef<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [C; 1],
 }
 
 /// The common head of every response object.
@@ -145,6 +161,18 @@ impl Head {
             "model": self.model,
             "choices": choices,
         })
+    }
+
+    /// A streamed chunk with one choice, serialized.
+    pub fn chunk<C: Serialize>(&self, object: &'static str, choice: C) -> String {
+        let chunk = ChunkRef {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices: [choice],
+        };
+        serde_json::to_string(&chunk).expect("chunks always serialize")
     }
 
     pub fn with_usage(&self, object: &str, choices: Value, usage: Usage) -> Value {
