@@ -57,16 +57,21 @@ def paged_kv_meta(
     """Metadata for requests at page-table `rows` holding `kv_lens` tokens (their new ones
     included) and extending by `q_lens`. The page table holds a slot (page * page_size +
     offset) per position, so a page's id is the slot of its first position // page_size.
-    One gather for the whole batch (index lists built with numpy, copied without a sync):
-    a per-request slice costs ~5 us of host time each, 1.3 ms at batch 256."""
+
+    The page ids are gathered on the table's device from per-request sizes (a few hundred
+    numbers cross to it, not one index per page): at page size 1 a batch of 256 x 1024
+    tokens has 262k pages, and building their index lists on the host cost ~5 ms a step."""
     lens = np.asarray(kv_lens, dtype=np.int64)
     pages = (lens + page_size - 1) // page_size
     indptr = np.zeros(len(pages) + 1, dtype=np.int64)
     np.cumsum(pages, out=indptr[1:])
-    row_idx = np.repeat(np.asarray(rows, dtype=np.int64), pages)
-    col_idx = (np.arange(indptr[-1]) - np.repeat(indptr[:-1], pages)) * page_size
-    device = page_table.device
-    kv_indices = page_table[_to_device(row_idx, device), _to_device(col_idx, device)]
+    total, device = int(indptr[-1]), page_table.device
+    sizes = _to_device(np.stack([np.asarray(rows, dtype=np.int64), pages, indptr[:-1]]), device)
+    row_t, pages_t, start_t = sizes  # (B,) each
+    row_idx = torch.repeat_interleave(row_t, pages_t, output_size=total)  # no sync: sized
+    first = torch.repeat_interleave(start_t, pages_t, output_size=total)
+    col_idx = (torch.arange(total, device=device) - first) * page_size
+    kv_indices = page_table[row_idx, col_idx]
     if page_size > 1:
         kv_indices = kv_indices // page_size
     return PagedKVMeta(
@@ -78,7 +83,7 @@ def paged_kv_meta(
 
 
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    t = torch.from_numpy(a)
+    t = torch.from_numpy(np.ascontiguousarray(a))
     if device.type != "cuda":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
