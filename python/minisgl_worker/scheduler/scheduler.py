@@ -206,7 +206,7 @@ class Scheduler:
         for i, req in enumerate(batch.sample_reqs):
             if req.status in (ReqStatus.FINISHED, ReqStatus.ABORTED):
                 continue
-            n = req.output_ids.index(PENDING_TOKEN) + 1  # this token's 1-based position
+            n = _first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
             finish = self._finish_reason(req, token, n)
             if n == 1:
@@ -274,3 +274,13 @@ class Scheduler:
             sizes = self.cache.prefix_cache.sizes()
             free = self.allocator.num_free + sizes.evictable_pages
             assert sizes.protected_pages == 0 and free == self.allocator.num_pages
+
+
+def _first_pending(output_ids: list[int]) -> int:
+    """Index of the oldest PENDING_TOKEN: they are the last one or two entries (searching
+    from the front made processing quadratic in the output length)."""
+    i = len(output_ids) - 1
+    assert output_ids[i] == PENDING_TOKEN
+    while i > 0 and output_ids[i - 1] == PENDING_TOKEN:
+        i -= 1
+    return i
