@@ -1,0 +1,111 @@
+//! Validation messages and the mapping onto the protocol's `sampling`.
+
+use super::*;
+use crate::openai::{parse_body, ChatRequest};
+
+fn params(extra: &str) -> Result<GenParams, ApiError> {
+    let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
+    let (req, common) = parse_body::<ChatRequest>(body.as_bytes()).unwrap();
+    let endpoint = EndpointParams {
+        max_completion_tokens: req.max_completion_tokens,
+        logprobs: req.logprobs.unwrap_or(false),
+        top_logprobs: req.top_logprobs.unwrap_or(0),
+    };
+    validate(&common, &endpoint)
+}
+
+fn message(extra: &str) -> String {
+    params(extra).unwrap_err().message().to_string()
+}
+
+#[test]
+fn defaults_are_the_protocols() {
+    let p = params("").unwrap();
+    assert_eq!(
+        p.sampling,
+        Sampling {
+            max_new_tokens: 0,
+            ..Sampling::default()
+        }
+    );
+    assert!(!p.stream && p.stops.is_empty());
+}
+
+#[test]
+fn limits_are_named_in_messages() {
+    assert_eq!(
+        message(r#","top_p":1.5"#),
+        "`top_p` must be in (0, 1]; got 1.5"
+    );
+    assert_eq!(
+        message(r#","temperature":2.5"#),
+        "`temperature` must be in [0, 2]; got 2.5"
+    );
+    assert_eq!(message(r#","min_p":1"#), "`min_p` must be in [0, 1); got 1");
+    assert_eq!(
+        message(r#","repetition_penalty":0"#),
+        "`repetition_penalty` must be > 0; got 0"
+    );
+    assert_eq!(
+        message(r#","presence_penalty":-3"#),
+        "`presence_penalty` must be in [-2, 2]; got -3"
+    );
+    assert_eq!(message(r#","n":0"#), "`n` must be in [1, 64]; got 0");
+    assert_eq!(
+        message(r#","logit_bias":{"x":1}"#),
+        "`logit_bias` keys must be token ids; got \"x\""
+    );
+    assert_eq!(
+        message(r#","logit_bias":{"5":101}"#),
+        "`logit_bias` values must be in [-100, 100]; got 101 for token 5"
+    );
+    assert_eq!(
+        message(r#","max_tokens":0"#),
+        "`max_tokens` must be at least 1; got 0"
+    );
+    assert_eq!(
+        message(r#","top_logprobs":21"#),
+        "`top_logprobs` must be in [0, 20]; got 21"
+    );
+    assert_eq!(
+        message(r#","stop":["a","b","c","d","e"]"#),
+        "`stop` may hold at most 4 strings; got 5"
+    );
+    assert_eq!(
+        message(r#","stream_options":{"include_usage":true}"#),
+        "`stream_options` is only allowed with `stream` = true"
+    );
+}
+
+#[test]
+fn values_map_onto_sampling() {
+    let p = params(r#","temperature":0.7,"top_k":-1,"seed":5,"stop":"\n","stream":true,
+        "stream_options":{"include_usage":true},"min_tokens":3,"ignore_eos":true,"logprobs":true,"top_logprobs":2"#)
+        .unwrap();
+    assert_eq!(p.sampling.temperature, 0.7);
+    assert_eq!(p.sampling.top_k, 0);
+    assert_eq!(p.sampling.seed, Some(5));
+    assert_eq!(p.sampling.min_new_tokens, 3);
+    assert!(p.sampling.ignore_eos && p.sampling.logprobs);
+    assert_eq!(p.sampling.top_logprobs, 2);
+    assert_eq!(p.stops, ["\n"]);
+    assert!(p.stream && p.include_usage);
+    let p = params(r#","logit_bias":{"7":-100,"3":2.5}"#).unwrap();
+    assert_eq!(p.sampling.logit_bias, [(3, 2.5), (7, -100.0)]);
+}
+
+#[test]
+fn context_limits() {
+    let mut p = params("").unwrap();
+    p.fit_to_context(10, 100).unwrap();
+    assert_eq!(p.sampling.max_new_tokens, 90);
+    assert_eq!(
+        p.fit_to_context(100, 100).unwrap_err().message(),
+        "prompt has 100 tokens; the model's context is 100"
+    );
+    let mut p = params(r#","max_completion_tokens":95"#).unwrap();
+    assert_eq!(
+        p.fit_to_context(10, 100).unwrap_err().message(),
+        "`max_completion_tokens` (95) plus the prompt's 10 tokens exceeds the model's context of 100"
+    );
+}
