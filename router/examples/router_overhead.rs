@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use _router::admission::Admission;
 use _router::policy::create_policy;
 use _router::run::load_model_files;
 use _router::server::app;
@@ -117,6 +118,7 @@ fn main() {
             max_context: ready.max_context.into(),
             started: 0,
             metrics: Default::default(),
+            admission: Admission::new(usize::MAX),
         });
         let probe = state.tokenizer.encode_blocking(&probe_text, true);
         eprintln!("text prompt: {} tokens", probe.len());

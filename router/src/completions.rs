@@ -57,6 +57,7 @@ pub async fn start(
     params: &GenParams,
     echo: bool,
 ) -> Result<(Choices, Vec<Option<Echo>>), ApiError> {
+    let mut slots = state.admission.admit(prompts.len() * params.n as usize)?;
     let mut generations = Vec::new();
     let mut echoes = Vec::new();
     for prompt in prompts {
@@ -64,7 +65,7 @@ pub async fn start(
             (PromptInput::Text { text, .. }, true) => Some(text.clone()),
             _ => None,
         };
-        let copies = generate::start_n(state, prompt, params.clone(), params.n).await?;
+        let copies = generate::start_n(state, prompt, params.clone(), params.n, &mut slots).await?;
         for copy in &copies {
             echoes.push(echo.then(|| {
                 Echo {

@@ -1,5 +1,6 @@
 //! Command-line flags of `minisgl-router`.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,6 +42,12 @@ pub struct Config {
     /// Most requests a spawned worker runs at once (its default when absent).
     #[arg(long)]
     pub max_running: Option<u32>,
+    /// Most generations in flight across all workers (each of `n` copies and each prompt of
+    /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
+    /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
+    /// saturated server stays busy, a bound on what a flood can pile up in the router.
+    #[arg(long, value_name = "N", default_value_t = NonZeroUsize::new(4096).unwrap())]
+    pub max_requests: NonZeroUsize,
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,
@@ -133,6 +140,18 @@ mod tests {
             (Device::Auto, Dtype::Auto, 600)
         );
         assert!(c.model.is_none() && c.check().is_ok());
+        assert_eq!(c.max_requests.get(), 4096);
+    }
+
+    #[test]
+    fn max_requests_must_be_positive() {
+        assert_eq!(
+            parse(&["--max-requests", "2"]).unwrap().max_requests.get(),
+            2
+        );
+        let err = parse(&["--max-requests", "0"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--max-requests"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One error type for the HTTP boundary, rendered in OpenAI's shape:
 //! `{"error": {"message", "type", "param", "code"}}`.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
@@ -19,6 +19,8 @@ pub enum ApiError {
     NotFound(String),
     PayloadTooLarge(String),
     MethodNotAllowed(String),
+    /// Too many requests in flight (`--max-requests`); sent with `Retry-After: 1`.
+    Overloaded(String),
     /// No worker can take the request (none ready, or the one serving it died).
     Unavailable(String),
     /// Our fault.
@@ -47,6 +49,7 @@ impl ApiError {
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -59,6 +62,7 @@ impl ApiError {
             | Self::NotFound(m)
             | Self::PayloadTooLarge(m)
             | Self::MethodNotAllowed(m)
+            | Self::Overloaded(m)
             | Self::Unavailable(m)
             | Self::Internal(m) => m,
         }
@@ -78,6 +82,7 @@ impl ApiError {
             Self::MethodNotAllowed(_) => {
                 ("invalid_request_error", Some("method_not_allowed"), None)
             }
+            Self::Overloaded(_) => ("rate_limit_exceeded", Some("too_many_requests"), None),
             Self::Unavailable(_) => ("server_error", Some("service_unavailable"), None),
             Self::Internal(_) => ("server_error", None, None),
         };
@@ -93,7 +98,14 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(self.body())).into_response()
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if let Self::Overloaded(_) = self {
+            // In-flight requests finish within seconds; a client may try again soon.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 
@@ -133,6 +145,11 @@ mod tests {
             ApiError::Unavailable("x".into()).status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
+        let overloaded = ApiError::Overloaded("x".into());
+        assert_eq!(overloaded.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(overloaded.body()["error"]["type"], "rate_limit_exceeded");
+        assert_eq!(overloaded.body()["error"]["code"], "too_many_requests");
+        assert_eq!(overloaded.into_response().headers()["retry-after"], "1");
         assert_eq!(
             ApiError::Internal("x".into()).status(),
             StatusCode::INTERNAL_SERVER_ERROR

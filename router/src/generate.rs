@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::admission::Slots;
 use crate::detokenize::IncrementalDecoder;
 use crate::error::ApiError;
 use crate::openai::Usage;
@@ -65,17 +66,20 @@ pub async fn start(
     prompt: PromptInput,
     params: GenParams,
 ) -> Result<Generation, ApiError> {
-    let mut copies = start_n(state, prompt, params, 1).await?;
+    let mut slots = state.admission.admit(1)?;
+    let mut copies = start_n(state, prompt, params, 1, &mut slots).await?;
     Ok(copies.remove(0))
 }
 
 /// `n` generations of one prompt, all on the same worker so that they share the prompt's
 /// KV through its prefix cache; with a seed, copy i uses seed + i so the copies differ.
+/// Each copy takes one of `slots` (reserved by the caller with `state.admission.admit`).
 pub async fn start_n(
     state: &AppState,
     prompt: PromptInput,
     mut params: GenParams,
     n: u32,
+    slots: &mut Slots,
 ) -> Result<Vec<Generation>, ApiError> {
     let started = Instant::now();
     let input_ids = match prompt {
@@ -93,7 +97,11 @@ pub async fn start_n(
     for i in 0..n {
         let mut sampling = params.sampling.clone();
         sampling.seed = sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
-        let request = worker.submit(prompt_ids.to_vec(), sampling)?;
+        let slot = slots.take().ok_or_else(|| {
+            ApiError::Internal("a generation started without an admission slot".into())
+        })?;
+        let mut request = worker.submit(prompt_ids.to_vec(), sampling)?;
+        request.hold(slot);
         state
             .metrics
             .prompt_tokens

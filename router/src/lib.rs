@@ -3,6 +3,7 @@
 //!
 //! Built into the wheel as `minisgl_worker._router`; `minisgl-router` calls [`main`].
 
+pub mod admission;
 pub mod chat;
 pub mod chat_template;
 pub mod completions;

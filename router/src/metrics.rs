@@ -8,7 +8,8 @@
 //! Series: `minisgl_requests_total{endpoint, status}`; latency histograms (seconds)
 //! `minisgl_time_to_first_token_seconds`, `minisgl_time_per_output_token_seconds`,
 //! `minisgl_inter_token_latency_seconds`, `minisgl_e2e_request_latency_seconds`; token
-//! counters; and per worker (label `worker`, its address) the last `load` it sent: waiting
+//! counters; `minisgl_requests_in_flight` and its `--max-requests` limit (429s are counted
+//! in `minisgl_requests_total` with status 429); and per worker (label `worker`, its address) the last `load` it sent: waiting
 //! and running requests, `minisgl_kv_cache_used_tokens` (held by live requests),
 //! `minisgl_kv_cache_cached_tokens` (evictable cached prefixes), the KV capacity, the
 //! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`.
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::admission::Admission;
 use crate::worker::WorkerClient;
 
 /// Upper bounds in seconds; the last bucket is +Inf.
@@ -99,7 +101,7 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, workers: &[WorkerClient]) -> String {
+    pub fn render(&self, workers: &[WorkerClient], admission: &Admission) -> String {
         let mut out = String::new();
         out.push_str("# HELP minisgl_requests_total HTTP requests by endpoint and status.\n");
         out.push_str("# TYPE minisgl_requests_total counter\n");
@@ -141,6 +143,18 @@ impl Metrics {
             "Tokens generated.",
             self.generation_tokens.load(Ordering::Relaxed),
         );
+        gauge(
+            &mut out,
+            "minisgl_requests_in_flight",
+            "Generations sent to workers and not finished (each of n copies counts).",
+            admission.in_flight(),
+        );
+        gauge(
+            &mut out,
+            "minisgl_requests_in_flight_limit",
+            "The --max-requests limit; past it requests get 429.",
+            admission.limit(),
+        );
         render_workers(&mut out, workers);
         out
     }
@@ -150,6 +164,13 @@ fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(
         out,
         "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: usize) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
     );
 }
 
@@ -249,7 +270,7 @@ mod tests {
         m.count_request("/v1/completions", 200);
         m.count_request("/v1/completions", 400);
         m.observe_generation(Duration::from_millis(10), Duration::from_millis(30), 3);
-        let out = m.render(&[]);
+        let out = m.render(&[], &Admission::new(7));
         assert!(
             out.contains("minisgl_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n")
         );
@@ -257,6 +278,11 @@ mod tests {
             out.contains("minisgl_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n")
         );
         assert!(out.contains("minisgl_time_per_output_token_seconds_count 1\n"));
+        assert!(out.contains("\nminisgl_requests_in_flight 0\n"), "{out}");
+        assert!(
+            out.contains("\nminisgl_requests_in_flight_limit 7\n"),
+            "{out}"
+        );
         assert!(out.contains("minisgl_time_per_output_token_seconds_sum 0.01\n"));
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::net::TcpListener;
 
+use crate::admission::Admission;
 use crate::chat_template::ChatTemplate;
 use crate::config::Config;
 use crate::policy::create_policy;
@@ -125,7 +126,14 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
             .iter()
             .map(|a| WorkerClient::connect(a)),
     );
-    let result = serve_http(listener, files, clients.clone(), config.ready_timeout()).await;
+    let result = serve_http(
+        listener,
+        files,
+        clients.clone(),
+        config.ready_timeout(),
+        config.max_requests.get(),
+    )
+    .await;
     stop_workers(local, &clients).await;
     result
 }
@@ -147,6 +155,7 @@ async fn serve_http(
     files: ModelFiles,
     workers: Vec<WorkerClient>,
     ready_timeout: Duration,
+    max_requests: usize,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_name: files.name,
@@ -157,6 +166,7 @@ async fn serve_http(
         max_context: 0.into(),
         started: unix_now(),
         metrics: Default::default(),
+        admission: Admission::new(max_requests),
     });
     let address = listener
         .local_addr()

@@ -79,7 +79,9 @@ async fn chat_completions(
     let endpoint = chat::endpoint_params(&req)?;
     let params = validate(&common, &endpoint)?;
     let prompt = chat::prompt(&state, &req.messages)?;
-    let generations = generate::start_n(&state, prompt, params.clone(), params.n).await?;
+    let mut slots = state.admission.admit(params.n as usize)?;
+    let generations =
+        generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;
     let format = ChatFormat {
         head: Head::new("chatcmpl", &state.model_name),
         tokenizer: state.tokenizer.clone(),
@@ -131,7 +133,7 @@ async fn generate_native(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(&state.workers);
+    let text = state.metrics.render(&state.workers, &state.admission);
     let content_type = "text/plain; version=0.0.4; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use crate::admission::Admission;
 use crate::chat_template::ChatTemplate;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -26,6 +27,8 @@ pub struct Shared {
     /// Unix time the router started (the `created` of /v1/models).
     pub started: u64,
     pub metrics: Metrics,
+    /// The in-flight count and its `--max-requests` limit.
+    pub admission: Admission,
 }
 
 impl AppState {

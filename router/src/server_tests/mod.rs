@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::app;
+use crate::admission::Admission;
 use crate::policy::create_policy;
 use crate::run::load_model_files;
 use crate::state::{AppState, Shared};
@@ -22,6 +23,7 @@ use crate::worker::WorkerClient;
 mod failures;
 mod generation;
 mod native;
+mod overload;
 
 const ANSWER: &str = "The capital of France is Paris.";
 const EOS: u32 = 2;
@@ -33,6 +35,15 @@ struct Setup {
 
 impl Setup {
     async fn new(stall: bool, worker_context: u32, router_context: u32) -> Self {
+        Self::build(stall, worker_context, router_context, 4096).await
+    }
+
+    /// A stalled worker (see `FakeWorker::resume`) behind `--max-requests max_requests`.
+    async fn limited(max_requests: usize) -> Self {
+        Self::build(true, 256, 256, max_requests).await
+    }
+
+    async fn build(stall: bool, worker_context: u32, router_context: u32, limit: usize) -> Self {
         let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
         let reply = files.tokenizer.encode_blocking(ANSWER, false);
         let fake = FakeWorker::start(FakeScript {
@@ -53,6 +64,7 @@ impl Setup {
             max_context: router_context.into(),
             started: 0,
             metrics: Default::default(),
+            admission: Admission::new(limit),
         });
         Self { fake, state }
     }

@@ -3,6 +3,7 @@
 //! request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at the limit.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ pub struct FakeScript {
     pub reply: Vec<u32>,
     pub eos: u32,
     pub max_context: u32,
-    /// Never produce tokens (requests stay in flight until aborted).
+    /// Produce no tokens (requests stay in flight until aborted) until `resume`.
     pub stall: bool,
 }
 
@@ -30,6 +31,7 @@ pub struct FakeLog {
 pub struct FakeWorker {
     pub address: String,
     pub log: Arc<Mutex<FakeLog>>,
+    stalled: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -43,8 +45,19 @@ impl FakeWorker {
         let mut socket = DealerSocket::new();
         socket.bind(&address).await.expect("bind fake worker");
         let log = Arc::new(Mutex::new(FakeLog::default()));
-        let task = tokio::spawn(serve(socket, script, log.clone()));
-        Self { address, log, task }
+        let stalled = Arc::new(AtomicBool::new(script.stall));
+        let task = tokio::spawn(serve(socket, script, log.clone(), stalled.clone()));
+        Self {
+            address,
+            log,
+            stalled,
+            task,
+        }
+    }
+
+    /// A stalled worker starts producing tokens for the requests it holds.
+    pub fn resume(&self) {
+        self.stalled.store(false, Ordering::Relaxed);
     }
 
     /// Simulates a crash: the socket closes without a word.
@@ -65,7 +78,12 @@ struct Running {
     produced: u32,
 }
 
-async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<FakeLog>>) {
+async fn serve(
+    mut socket: DealerSocket,
+    script: FakeScript,
+    log: Arc<Mutex<FakeLog>>,
+    stalled: Arc<AtomicBool>,
+) {
     let ready = WorkerMsg::Ready(Ready {
         model: "fake".into(),
         vocab_size: 400,
@@ -129,7 +147,7 @@ async fn serve(mut socket: DealerSocket, script: FakeScript, log: Arc<Mutex<Fake
                 }
             }
         }
-        if !script.stall && !running.is_empty() {
+        if !stalled.load(Ordering::Relaxed) && !running.is_empty() {
             replies.push(WorkerMsg::Step {
                 outputs: step(&script, &mut running),
             });

@@ -1,9 +1,11 @@
 //! One in-flight request as the HTTP side sees it: a stream of events, plus the guarantee
 //! that a request nobody reads any more is aborted on the worker (its KV freed at once).
+//! It also holds the request's admission slot, freed the moment the request is over.
 
 use tokio::sync::mpsc;
 
 use super::client::{Event, WorkerClient};
+use crate::admission::Slot;
 
 pub struct RequestStream {
     rid: u64,
@@ -11,6 +13,9 @@ pub struct RequestStream {
     client: WorkerClient,
     /// The worker has finished the request (last output or error): nothing to abort.
     finished: bool,
+    /// Its place in the router's in-flight count; dropped once, when `finished` is set or
+    /// the stream is dropped (client gone, worker dead: both end here).
+    slot: Option<Slot>,
 }
 
 impl RequestStream {
@@ -24,6 +29,14 @@ impl RequestStream {
             events,
             client,
             finished: false,
+            slot: None,
+        }
+    }
+
+    /// Counts this request in flight until it is over.
+    pub fn hold(&mut self, slot: Slot) {
+        if !self.finished {
+            self.slot = Some(slot);
         }
     }
 
@@ -39,7 +52,7 @@ impl RequestStream {
         let event = self.events.recv().await;
         match &event {
             Some(Event::Token(out)) if out.finish.is_none() => {}
-            _ => self.finished = true,
+            _ => self.finish(),
         }
         event
     }
@@ -51,9 +64,14 @@ impl RequestStream {
 
     fn abort_now(&mut self) {
         if !self.finished {
-            self.finished = true;
+            self.finish();
             self.client.abort(self.rid);
         }
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        self.slot = None;
     }
 }
 

@@ -1,0 +1,145 @@
+//! Admission control (`--max-requests`): 429 past the limit, and the in-flight count going
+//! back down however a request ends.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::*;
+
+impl Setup {
+    fn generated(&self) -> usize {
+        self.fake.log.lock().unwrap().generated.len()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.state.admission.in_flight()
+    }
+
+    /// Starts a chat request in the background (its body read to the end).
+    fn spawn_chat(&self, extra: Value) -> tokio::task::JoinHandle<(StatusCode, String)> {
+        let app = self.app();
+        tokio::spawn(async move { send(app, chat(extra)).await })
+    }
+
+    /// Sends `req`, expects 429 with `Retry-After: 1`; the error object.
+    async fn refused(&self, req: Request<Body>) -> Value {
+        let resp = self.app().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["type"], "rate_limit_exceeded", "{body}");
+        assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
+        body["error"].clone()
+    }
+
+    async fn metrics_text(&self) -> String {
+        let req = Request::get("/metrics").body(Body::empty()).unwrap();
+        send(self.app(), req).await.1
+    }
+}
+
+const FULL: &str = "server overloaded: 2 requests in flight (limit 2); retry later";
+
+#[tokio::test]
+async fn a_request_past_the_limit_gets_429_until_the_others_finish() {
+    let s = Setup::limited(2).await;
+    let first = s.spawn_chat(json!({}));
+    let second = s.spawn_chat(json!({"stream": true}));
+    s.wait_for(|s| s.generated() == 2).await;
+    assert_eq!(s.in_flight(), 2);
+    let e = s.refused(chat(json!({}))).await;
+    assert_eq!(e["message"], FULL);
+    let completion = post("/v1/completions", json!({"model": "tiny", "prompt": "hi"}));
+    assert_eq!(s.refused(completion).await["message"], FULL);
+    let native = post("/generate", json!({"text": "hi"}));
+    assert_eq!(s.refused(native).await["message"], FULL);
+    assert_eq!(s.generated(), 2, "a refused request reached the worker");
+    let metrics = s.metrics_text().await;
+    assert!(
+        metrics.contains("\nminisgl_requests_in_flight 2\n"),
+        "{metrics}"
+    );
+    let refused = "minisgl_requests_total{endpoint=\"/v1/chat/completions\",status=\"429\"} 1\n";
+    assert!(metrics.contains(refused), "{metrics}");
+
+    s.fake.resume();
+    for task in [first, second] {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert_eq!(s.in_flight(), 0);
+    let (status, body) = send(s.app(), chat(json!({"n": 2}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(s.in_flight(), 0);
+    assert!(s
+        .metrics_text()
+        .await
+        .contains("\nminisgl_requests_in_flight 0\n"));
+}
+
+#[tokio::test]
+async fn a_client_disconnect_frees_its_slot() {
+    let s = Setup::limited(2).await;
+    let first = s.spawn_chat(json!({"stream": true}));
+    let _second = s.spawn_chat(json!({}));
+    s.wait_for(|s| s.generated() == 2).await;
+    assert_eq!(s.refused(chat(json!({}))).await["message"], FULL);
+    first.abort();
+    s.wait_for(|s| s.in_flight() == 1).await;
+    assert_eq!(s.aborted().len(), 1);
+    // Admitted again: it reaches the worker, and the limit is full once more.
+    let _third = s.spawn_chat(json!({}));
+    s.wait_for(|s| s.generated() == 3).await;
+    assert_eq!(s.in_flight(), 2);
+    assert_eq!(s.refused(chat(json!({}))).await["message"], FULL);
+}
+
+#[tokio::test]
+async fn a_dead_worker_frees_the_slots_of_its_requests() {
+    let s = Setup::limited(2).await;
+    let first = s.spawn_chat(json!({"n": 2}));
+    s.wait_for(|s| s.generated() == 2).await;
+    assert_eq!(s.in_flight(), 2);
+    s.fake.kill();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(s.in_flight(), 0);
+    // Not 429: the slots are free, there is just no worker.
+    let (status, _) = send(s.app(), chat(json!({}))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(s.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn copies_past_the_limit_are_refused_before_reaching_the_worker() {
+    let s = Setup::limited(2).await;
+    s.fake.resume();
+    let e = s.refused(chat(json!({"n": 3}))).await;
+    assert_eq!(
+        e["message"],
+        "server overloaded: 0 requests in flight (limit 2) and this request needs 3; retry later"
+    );
+    let batch = post(
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": ["a", "b", "c"]}),
+    );
+    let e = s.refused(batch).await;
+    assert!(e["message"].as_str().unwrap().contains("needs 3"), "{e}");
+    assert_eq!(s.generated(), 0);
+    assert_eq!(s.in_flight(), 0);
+    // Two copies fit.
+    let (status, body) = send(s.app(), chat(json!({"n": 2}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((s.generated(), s.in_flight()), (2, 0));
+}
