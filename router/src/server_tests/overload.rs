@@ -27,7 +27,11 @@ impl Setup {
 
     /// Sends `req`, expects 429 with `Retry-After: 1`; the error object.
     async fn refused(&self, req: Request<Body>) -> Value {
-        let resp = self.app().oneshot(req).await.unwrap();
+        // Bounded: a request wrongly admitted would wait on the stalled fake worker forever.
+        let resp = tokio::time::timeout(Duration::from_secs(5), self.app().oneshot(req))
+            .await
+            .expect("a request past the limit must be refused at once, not admitted")
+            .unwrap();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()["retry-after"], "1");
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
