@@ -65,6 +65,9 @@ impl LaunchSpec {
         if let Some(gpu) = self.gpu_for(index) {
             cmd.env("CUDA_VISIBLE_DEVICES", gpu);
         }
+        if let Some(threads) = self.cpu_threads(std::env::var_os("OMP_NUM_THREADS").is_some()) {
+            cmd.env("OMP_NUM_THREADS", threads.to_string());
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
@@ -74,6 +77,17 @@ impl LaunchSpec {
         cmd.process_group(0);
         cmd.kill_on_drop(true);
         cmd
+    }
+
+    /// Several CPU workers on one host share its cores: each torch process would otherwise
+    /// start one thread per core and they would all oversubscribe. A user's own
+    /// `OMP_NUM_THREADS` wins.
+    fn cpu_threads(&self, user_set: bool) -> Option<usize> {
+        if self.count < 2 || self.device == "cuda" || user_set {
+            return None;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Some((cores / self.count).max(1))
     }
 
     /// With several local workers on a GPU machine, worker i gets the i-th visible GPU.
@@ -216,6 +230,26 @@ mod tests {
             max_running: None,
             count,
         }
+    }
+
+    #[test]
+    fn cpu_workers_split_the_cores_unless_the_user_chose() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(spec("python3", 1, "cpu").cpu_threads(false), None);
+        assert_eq!(spec("python3", 2, "cuda").cpu_threads(false), None);
+        assert_eq!(spec("python3", 2, "cpu").cpu_threads(true), None);
+        assert_eq!(
+            spec("python3", 2, "cpu").cpu_threads(false),
+            Some((cores / 2).max(1))
+        );
+        assert_eq!(
+            spec("python3", 2, "auto").cpu_threads(false),
+            Some((cores / 2).max(1))
+        );
+        assert_eq!(
+            spec("python3", 4 * cores, "cpu").cpu_threads(false),
+            Some(1)
+        );
     }
 
     #[test]

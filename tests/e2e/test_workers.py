@@ -1,0 +1,73 @@
+"""`minisgl-router --workers 2`: two real CPU workers behind one router."""
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.e2e.conftest import Server, start_router, stop_router
+
+MODEL = "SmolLM2-135M-Instruct"
+PROMPTS = [
+    "The capital of France is",
+    "Water boils at",
+    "def add(a, b):",
+    "My favourite colour is",
+    "Once upon a time",
+    "The largest planet in the solar system is",
+]
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_router(tmp_path_factory.mktemp("two-workers"), "--workers", "2")
+    yield server
+    stop_router(server)  # both workers must exit with it
+
+
+def complete(server: Server, prompt: str, max_tokens: int = 12) -> dict:
+    resp = requests.post(
+        f"{server.base_url}/v1/completions",
+        json={"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+        timeout=300,
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def prompt_tokens_per_worker(server: Server, at_least: int) -> list[int]:
+    """Each worker's cumulative prompt tokens, from its `load` reports in /health."""
+    deadline = time.monotonic() + 10
+    while True:
+        workers = requests.get(f"{server.base_url}/health", timeout=10).json()["workers"]
+        counts = [(w.get("load") or {}).get("prompt_tokens", 0) for w in workers]
+        if sum(counts) >= at_least or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.5)
+
+
+def test_both_workers_serve_and_agree(two_workers: Server) -> None:
+    health = requests.get(f"{two_workers.base_url}/health", timeout=10).json()
+    assert [w["status"] for w in health["workers"]] == ["ready", "ready"]
+
+    alone = [complete(two_workers, p)["choices"][0]["text"] for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = [
+            r["choices"][0]["text"] for r in pool.map(lambda p: complete(two_workers, p), PROMPTS)
+        ]
+    assert together == alone
+    # Distinct prompts are spread over the caches: both workers did prefill work.
+    counts = prompt_tokens_per_worker(
+        two_workers, at_least=2 * sum(len(p.split()) for p in PROMPTS)
+    )
+    assert all(c > 0 for c in counts), counts
+
+
+def test_a_shared_prefix_goes_back_to_the_worker_that_caches_it(two_workers: Server) -> None:
+    prefix = " ".join(f"item{i}" for i in range(150))  # several hundred tokens
+    first = complete(two_workers, prefix + " first", max_tokens=2)
+    second = complete(two_workers, prefix + " second", max_tokens=2)
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 0.9 * (first["usage"]["prompt_tokens"] - 2), second["usage"]
