@@ -4,7 +4,6 @@ The only Python work here is resolving the embedded default model when `--model`
 given: Rust calls `ensure_default_model` back (with the GIL) and serves with it released.
 """
 
-import signal
 import sys
 
 
@@ -12,9 +11,6 @@ def main() -> None:
     from minisgl_worker import _router
     from minisgl_worker.default_model import ensure_default_model
 
-    # The Rust server owns Ctrl-C (a graceful shutdown of its workers); Python's own SIGINT
-    # handler would otherwise raise KeyboardInterrupt once the server has already returned.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
     sys.exit(_router.main(sys.argv, sys.executable, ensure_default_model))
 
 
