@@ -1,0 +1,161 @@
+"""Where the offline workload's time goes, step by step, on the GPU:
+
+    python benches/step_profile.py --model benches/models/qwen3-0.6b
+
+Runs benches/offline.py's workload once (cold cache) with the scheduler's phases wrapped:
+host seconds in `schedule`, `launch` (the engine's forward_batch: plan, copies, kernel
+launches or graph replay) and `process_results` (of which: waiting for the batch's tokens),
+and CUDA events around each batch's forward on the stream, which give its GPU span and the
+GPU's idle time before it (a gap means the host, not the GPU, was the bottleneck). Steps
+are split by kind: decode batches that replay a CUDA graph, and batches with prefill
+tokens (run eagerly). Then `--profile-steps` steps from the middle of a second run under
+torch.profiler: GPU time per kernel, to see what a step is made of."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from minisgl_worker.llm import LLM
+from minisgl_worker.protocol import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).parent))
+from offline import drop_prefix_cache, workload
+
+
+class StepTimer:
+    """Wraps a scheduler's phases; `rows` holds one dict per launched batch."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.sched, self.engine = llm.scheduler, llm.engine
+        self.host: dict[str, float] = defaultdict(float)
+        self.rows: list[dict] = []
+        self.profile_at: tuple[int, int] | None = None  # (first step, last step) to profile
+        self.prof: torch.profiler.profile | None = None
+        sched, engine = self.sched, self.engine
+        schedule, launch, process = sched.schedule, sched.launch, sched.process_results
+        forward = engine.forward_batch
+
+        def timed_schedule():
+            t = time.perf_counter()
+            batch = schedule()
+            self.host["schedule"] += time.perf_counter() - t
+            return batch
+
+        def timed_launch(batch):
+            self._maybe_profile(len(self.rows))
+            t = time.perf_counter()
+            out = launch(batch)
+            self.host["launch"] += time.perf_counter() - t
+            return out
+
+        def timed_forward(batch):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            graph = engine.graphs is not None and engine.graphs.can_run(batch)
+            start.record()
+            out = forward(batch)
+            end.record()
+            self.rows.append({"start": start, "end": end, "graph": graph, "reqs": batch.size,
+                              "tokens": int(batch.input_ids.numel())})
+            return out
+
+        def timed_process(batch, out):
+            t = time.perf_counter()
+            out.tokens()
+            self.host["wait"] += time.perf_counter() - t
+            result = process(batch, out)
+            self.host["process"] += time.perf_counter() - t
+            return result
+
+        sched.schedule, sched.launch, sched.process_results = (
+            timed_schedule, timed_launch, timed_process)
+        engine.forward_batch = timed_forward
+
+    def _maybe_profile(self, step: int) -> None:
+        if self.profile_at is None:
+            return
+        first, last = self.profile_at
+        if step == first:
+            self.prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU,
+                            torch.profiler.ProfilerActivity.CUDA])
+            self.prof.start()
+        elif step == last and self.prof is not None:
+            torch.cuda.synchronize()
+            self.prof.stop()
+            self.profile_at = None
+
+    def reset(self) -> None:
+        self.host.clear()
+        self.rows.clear()
+
+    def report(self, wall: float) -> None:
+        torch.cuda.synchronize()
+        kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        prev_end = None
+        for r in self.rows:
+            k = kinds["decode (graph)" if r["graph"] else "with prefill (eager)"]
+            k["steps"] += 1
+            k["reqs"] += r["reqs"]
+            k["tokens"] += r["tokens"]
+            k["gpu_s"] += r["start"].elapsed_time(r["end"]) / 1e3
+            if prev_end is not None:
+                k["idle_before_s"] += max(0.0, prev_end.elapsed_time(r["start"]) / 1e3)
+            prev_end = r["end"]
+        print(f"wall {wall:.3f} s, {len(self.rows)} batches")
+        print("| batches | steps | mean reqs | mean tokens | GPU span s | ms/step | "
+              "GPU idle before s |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name, k in kinds.items():
+            n = k["steps"]
+            print(f"| {name} | {n:.0f} | {k['reqs'] / n:.1f} | {k['tokens'] / n:.1f} | "
+                  f"{k['gpu_s']:.3f} | {1e3 * k['gpu_s'] / n:.2f} | {k['idle_before_s']:.3f} |")
+        steps = max(1, len(self.rows))
+        print("host seconds: " + ", ".join(
+            f"{name} {s:.3f} ({1e3 * s / steps:.2f} ms/step)" for name, s in self.host.items()))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="benches/models/qwen3-0.6b")
+    p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
+    p.add_argument("--chunk-size", type=int, default=8192)
+    p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
+    p.add_argument("--profile-steps", type=int, default=20)
+    p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
+    args = p.parse_args()
+    logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
+    llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
+              chunk_size=args.chunk_size)
+    prompts, params = workload(256)
+    llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
+    timer = StepTimer(llm)
+    for run in ("timed", "profiled"):
+        drop_prefix_cache(llm)
+        timer.reset()
+        if run == "profiled":
+            timer.profile_at = (args.profile_first, args.profile_first + args.profile_steps)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        llm.generate(prompts, params)
+        wall = time.perf_counter() - t
+        print(f"\n== {Path(args.model).name}, {run} run, page {llm.engine.page_size}, "
+              f"chunk {args.chunk_size}, overlap {llm.scheduler.overlap} ==")
+        timer.report(wall)
+    if timer.prof is not None:
+        print(f"\n== steps {args.profile_first}..+{args.profile_steps}: GPU time by kernel ==")
+        print(timer.prof.key_averages().table(sort_by="self_device_time_total", row_limit=30,
+                                              max_name_column_width=90))
+        if args.trace:
+            timer.prof.export_chrome_trace(args.trace)
+    llm.shutdown()
+
+
+if __name__ == "__main__":
+    main()
