@@ -17,6 +17,7 @@ lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs s
 
 from __future__ import annotations
 
+import random
 from typing import NamedTuple
 
 import torch
@@ -39,17 +40,27 @@ def _stop_masked(req: Req) -> bool:
     return len(req.output_ids) < req.sampling.min_new_tokens
 
 
-def _is_plain_greedy(req: Req) -> bool:
+def _is_plain(req: Req) -> bool:
+    """Nothing to do to its logits but temperature."""
     s = req.sampling
-    return s.is_greedy and not (
-        s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req)
-    )
+    return not (s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req))
+
+
+def _is_plain_greedy(req: Req) -> bool:
+    return req.sampling.is_greedy and _is_plain(req)
+
+
+def _truncates(req: Req) -> bool:
+    s = req.sampling
+    return s.top_k > 0 or s.top_p < 1 or s.min_p > 0
 
 
 class Sampler:
     def __init__(self, eos_token_ids: list[int], device: torch.device) -> None:
         self.eos_token_ids = list(eos_token_ids)
         self.device = device
+        self._fused = device.type == "cuda"  # Triton one-pass draws (gumbel.py)
+        self._rng = random.Random()  # seeds of unseeded requests' fused draws
 
     def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
         """logits (B, V) float32, one row per request in `reqs`. No host sync unless a
@@ -58,6 +69,8 @@ class Sampler:
         none: list[None] = [None] * len(reqs)
         if all(_is_plain_greedy(r) for r in reqs):
             return SampleOutput(logits.argmax(-1), list(none), list(none))
+        if self._fused and all(_is_plain(r) and not _truncates(r) for r in reqs):
+            return SampleOutput(self._gumbel(logits, reqs, scaled=False), list(none), list(none))
         for i, req in enumerate(reqs):
             if _has_penalty(req):
                 self._apply_penalties(logits[i], req)
@@ -101,7 +114,41 @@ class Sampler:
             )
 
     def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
-        """logits (S, V) of sampling rows, temperature applied -> (S,) drawn tokens.
+        """logits (S, V) of sampling rows, temperature applied -> (S,) drawn tokens. On
+        CUDA the rows without truncation draw in one Triton pass, the others by `_race`:
+        each row's way depends on its own parameters only, so a seeded request draws the
+        same tokens whatever its neighbours."""
+        if not self._fused:
+            return self._race(logits, reqs)
+        cut = [i for i, r in enumerate(reqs) if _truncates(r)]
+        if not cut:
+            return self._gumbel(logits, reqs, scaled=True)
+        if len(cut) == len(reqs):
+            return self._race(logits, reqs)
+        plain = [i for i, r in enumerate(reqs) if not _truncates(r)]
+        tokens = torch.empty(len(reqs), dtype=torch.long, device=logits.device)
+        for rows, draw in ((plain, self._gumbel), (cut, self._race)):
+            index = self._tensor(rows, torch.long)
+            tokens[index] = draw(logits[index], [reqs[i] for i in rows])
+        return tokens
+
+    def _gumbel(self, logits: torch.Tensor, reqs: list[Req], scaled: bool = True) -> torch.Tensor:
+        """One Triton pass (gumbel.py). scaled: the temperature was applied already. A
+        seeded request's noise is keyed by its seed and token count, others' by a host RNG."""
+        from .gumbel import gumbel_sample
+
+        temps = [1.0 if scaled else r.sampling.temperature for r in reqs]  # 0: greedy
+        seeds = [
+            self._rng.getrandbits(63) if r.sampling.seed is None
+            else (r.sampling.seed * 0x9E3779B97F4A7C15 + len(r.output_ids)) & (2**63 - 1)
+            for r in reqs
+        ]
+        return gumbel_sample(
+            logits, self._tensor(temps, torch.float32), self._tensor(seeds, torch.long)
+        )
+
+    def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+        """The torch draw (CPU, and truncated rows on CUDA).
 
         Exponential-race sampling: argmax(p / E) with E ~ Exp(1) i.i.d. picks token i with
         probability p_i, like torch.multinomial, but with no host sync and one batched

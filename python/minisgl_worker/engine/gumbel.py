@@ -1,0 +1,87 @@
+"""Sampling in one pass over the logits (CUDA, Triton): the Gumbel-max trick.
+
+argmax_i (l_i / T + G_i) with G_i i.i.d. Gumbel(0, 1) picks token i with probability
+softmax(l / T)_i, so a row needs neither a softmax nor a noise tensor: one Triton program
+per row streams its logits once, draws its noise from Philox (`tl.rand`) keyed by the row's
+seed and the token index, and keeps a running argmax. Rows with temperature 0 take the plain
+argmax. The torch path (Sampler._draw: softmax, an Exp(1) noise tensor, a division, an
+argmax, ~10 passes over a (B, V) float32 tensor) cost ~0.5 ms of a decode step at batch 128
+and vocabulary 152k on an H200.
+
+The noise: G = -log(E) with E = -log(1 - U) ~ Exp(1), U uniform in [0, 1) on a 2^-31 grid;
+for U < 0.01, E is its series U + U^2/2 + U^3/3 (error < 3e-7 relative), which keeps E's
+small values (G's upper tail, which decides draws) at full resolution where 1 - U would
+round them away. G's lower tail is cut at about -2.8 (probability below 1e-7).
+
+A row's draw depends only on its logits, temperature and seed, never on its neighbours:
+the caller derives the seed from the request's own seed and its token count (or from a
+host RNG for unseeded requests), which is what makes seeded requests reproducible."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_BLOCK = 2048
+_TARGET_PROGRAMS = 1024  # enough to fill an H200's 132 SMs several times over
+
+
+@triton.jit
+def _gumbel_argmax_kernel(
+    logits_ptr, stride, temps_ptr, seeds_ptr, best_ptr, index_ptr, vocab, span,
+    BLOCK: tl.constexpr,
+):
+    """Program (row, part): the best score and its token over columns
+    [part * span, (part + 1) * span) of the row."""
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    splits = tl.num_programs(1)
+    temp = tl.load(temps_ptr + row)
+    seed = tl.load(seeds_ptr + row)
+    safe_temp = tl.maximum(temp, 1e-30)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.full((), 0, tl.int32)
+    for start in range(part * span, tl.minimum((part + 1) * span, vocab), BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < vocab
+        logit = tl.load(logits_ptr + row * stride + cols, mask=mask, other=float("-inf"))
+        logit = logit.to(tl.float32)
+        u = tl.rand(seed, cols)
+        # Exp(1) = -log(1 - u); its series where 1 - u would round away u's low bits.
+        expo = tl.where(u < 1e-2, u + u * u * (0.5 + u / 3), -tl.log(1 - u))
+        score = tl.where(temp > 0, tl.math.div_rn(logit, safe_temp) - tl.log(expo), logit)
+        score = tl.where(mask, score, float("-inf"))
+        block_best = tl.max(score, 0)
+        block_idx = tl.argmax(score, 0).to(tl.int32) + start
+        take = block_best > best  # strict: ties keep the lower token, as torch.argmax
+        best = tl.where(take, block_best, best)
+        best_idx = tl.where(take, block_idx, best_idx)
+    tl.store(best_ptr + row * splits + part, best)
+    tl.store(index_ptr + row * splits + part, best_idx.to(tl.int64))
+
+
+def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """logits (B, V) on CUDA (float32/bf16, rows contiguous), temps (B,) float32 (0 =
+    greedy), seeds (B,) int64 -> (B,) int64 tokens, without a host sync.
+
+    Each row is split over several programs (few rows would leave most SMs idle: one
+    program per row took 176 us for 140 rows x 128k on an H200); a second, tiny pass picks
+    each row's best part. The draw does not depend on the split."""
+    assert logits.dim() == 2 and logits.stride(1) == 1
+    rows, vocab = logits.shape
+    if not rows:
+        return torch.empty(0, dtype=torch.int64, device=logits.device)
+    blocks = triton.cdiv(vocab, _BLOCK)
+    splits = max(1, min(blocks, _TARGET_PROGRAMS // rows))
+    span = triton.cdiv(blocks, splits) * _BLOCK
+    splits = triton.cdiv(vocab, span)
+    best = torch.empty(rows, splits, dtype=torch.float32, device=logits.device)
+    index = torch.empty(rows, splits, dtype=torch.int64, device=logits.device)
+    _gumbel_argmax_kernel[(rows, splits)](
+        logits, logits.stride(0), temps, seeds, best, index, vocab, span, BLOCK=_BLOCK,
+        num_warps=4,
+    )
+    if splits == 1:
+        return index[:, 0]
+    return index.gather(1, best.argmax(1, keepdim=True))[:, 0]

@@ -1,0 +1,86 @@
+"""The one-pass Triton sampler (engine/gumbel.py) and the Sampler's use of it on CUDA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from minisgl_worker.core import Req
+from minisgl_worker.engine import Sampler
+from minisgl_worker.engine.gumbel import gumbel_sample
+from minisgl_worker.protocol import SamplingParams
+
+pytestmark = pytest.mark.gpu
+DEV = torch.device("cuda")
+
+
+def _seeds(n: int, start: int = 0) -> torch.Tensor:
+    return torch.arange(start, start + n, dtype=torch.long, device=DEV) * 7919 + 13
+
+
+@pytest.mark.parametrize("vocab", [37, 5000])  # one block; several blocks with a ragged end
+def test_draws_follow_softmax_of_logits_over_temperature(vocab: int) -> None:
+    gen = torch.Generator(device=DEV).manual_seed(0)
+    row = torch.randn(vocab, device=DEV, generator=gen) * 2
+    row[:5] += 6  # a few likely tokens, so the frequencies are measurable
+    n, temp = 200_000, 0.7
+    tokens = gumbel_sample(row.expand(n, vocab),  # stride 0: one row, read n times
+                           torch.full((n,), temp, device=DEV), _seeds(n))
+    freq = torch.bincount(tokens, minlength=vocab).double() / n
+    p = torch.softmax(row.double() / temp, -1)
+    # 5 standard deviations of a frequency estimate, per token
+    bound = 5 * (p * (1 - p) / n).sqrt() + 1e-4
+    assert ((freq - p).abs() <= bound).all(), (freq - p).abs().max()
+
+
+def test_temperature_zero_rows_are_argmax_and_masked_tokens_never_win() -> None:
+    logits = torch.randn(64, 151_936, device=DEV)
+    logits[:, -1] = 50.0  # the last token of a ragged last block
+    logits[::2, -1] = float("-inf")  # even rows: banned
+    temps = torch.tensor([0.0, 1.0] * 32, device=DEV)
+    tokens = gumbel_sample(logits, temps, _seeds(64))
+    assert tokens[::2].tolist() == logits[::2].argmax(-1).tolist()
+    assert (tokens[1::2] == 151_935).all()
+    assert (tokens[::2] != 151_935).all()
+
+
+def test_same_seed_same_draw_and_bf16_rows() -> None:
+    logits = torch.randn(32, 4096, device=DEV, dtype=torch.bfloat16)
+    temps = torch.full((32,), 1.0, device=DEV)
+    a, b = (gumbel_sample(logits, temps, _seeds(32)) for _ in range(2))
+    c = gumbel_sample(logits, temps, _seeds(32, start=1000))
+    assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
+
+
+def _req(rid: int, **params: Any) -> Req:
+    return Req(rid, [5, 6], SamplingParams(**params))
+
+
+def test_sampler_seeded_draw_does_not_depend_on_the_neighbours_path() -> None:
+    """A seeded plain request: alone (the all-plain fast path), next to a top-k request
+    (split draw) and next to a logprobs request (processed logits, temperature applied
+    first) draws the same token."""
+    sampler = Sampler([2], DEV)
+    logits = torch.randn(2, 151_936, device=DEV) * 3
+    seeded = _req(0, temperature=0.9, seed=1234)
+    draws = set()
+    for other in ({"temperature": 1.0}, {"temperature": 1.0, "top_k": 20},
+                  {"temperature": 1.0, "logprobs": True}):
+        out = sampler.sample(logits.clone(), [seeded, _req(1, **other)])
+        draws.add(out.tokens[0].item())
+    alone = sampler.sample(logits[:1].clone(), [seeded]).tokens[0].item()
+    assert draws == {alone}
+    seeded.output_ids.append(alone)  # the next token of the same request: a new key
+    nxt = [sampler.sample(logits[:1].clone(), [seeded]).tokens[0].item() for _ in range(2)]
+    assert nxt[0] == nxt[1]
+
+
+def test_draw_does_not_depend_on_how_many_programs_split_the_row() -> None:
+    logits = torch.randn(1024, 151_936, device=DEV)
+    temps = torch.full((1024,), 0.8, device=DEV)
+    seeds = _seeds(1024)
+    batched = gumbel_sample(logits, temps, seeds)  # one program per row
+    alone = [gumbel_sample(logits[i : i + 1], temps[i : i + 1], seeds[i : i + 1]).item()
+             for i in range(0, 1024, 97)]  # each row over ~75 programs
+    assert batched[::97].tolist() == alone
