@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from minisgl_worker.kvcache.store import store_kv
 from minisgl_worker.layers import cuda_ops
 from minisgl_worker.layers.rotary import RopeScaling, RotaryEmbedding
 
@@ -87,11 +88,18 @@ def test_rope_in_place_on_fused_qkv(
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_store_kv(page_size: int) -> None:
-    k_cache = torch.zeros(4096 // page_size, page_size, 8, 128, device=DEV, dtype=BF16)
+@pytest.mark.parametrize("heads", [8, 3])
+def test_store_kv_from_a_fused_qkv_view(page_size: int, heads: int) -> None:
+    k_cache = torch.zeros(4096 // page_size, page_size, heads, 128, device=DEV, dtype=BF16)
     v_cache = torch.zeros_like(k_cache)
     loc = torch.randperm(4096, device=DEV)[:100]
-    k, v = _rand(100, 8, 128), _rand(100, 8, 128)
-    cuda_ops.store_kv(k_cache, v_cache, loc, k, v)
-    assert torch.equal(k_cache.view(-1, 8, 128)[loc], k)
-    assert torch.equal(v_cache.view(-1, 8, 128)[loc], v)
+    qkv = _rand(100, (16 + 2 * heads) * 128)  # k and v: strided views, as the models pass
+    k = qkv[:, 16 * 128 : (16 + heads) * 128].view(100, heads, 128)
+    v = qkv[:, (16 + heads) * 128 :].view(100, heads, 128)
+    store_kv(k_cache, v_cache, loc, k, v)
+    assert torch.equal(k_cache.view(-1, heads, 128)[loc], k)
+    assert torch.equal(v_cache.view(-1, heads, 128)[loc], v)
+    untouched = torch.ones(4096, dtype=torch.bool, device=DEV)
+    untouched[loc] = False
+    assert not k_cache.view(-1, heads * 128)[untouched].any()
+    assert not v_cache.view(-1, heads * 128)[untouched].any()

@@ -17,7 +17,7 @@ from minisgl_worker.core import (
     set_global_ctx,
 )
 from minisgl_worker.kvcache import MHAKVPool
-from minisgl_worker.layers.cuda_ops import store_kv
+from minisgl_worker.kvcache.store import store_kv
 
 from .paged import (
     LAYOUTS,

@@ -33,9 +33,14 @@ class MHAKVPool:
         return self.v[layer].view(-1, *self.v.shape[3:])
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """loc (T,) slots; k, v (T, Hkv, D)."""
-        self.k_slots(layer)[loc] = k
-        self.v_slots(layer)[loc] = v
+        """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py)."""
+        if k.is_cuda:
+            from .store import store_kv
+
+            store_kv(self.k[layer], self.v[layer], loc, k, v)
+        else:
+            self.k_slots(layer)[loc] = k
+            self.v_slots(layer)[loc] = v
 
     @staticmethod
     def bytes_per_token(

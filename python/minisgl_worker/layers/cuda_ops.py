@@ -58,16 +58,6 @@ def apply_rope_inplace(
     apply_rope_with_cos_sin_cache_inplace(positions, q, k, head_dim, cache, is_neox=True)
 
 
-def store_kv(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-    v: torch.Tensor,
-) -> None:
-    """Write k, v (T, Hkv, D) into one layer's caches (pages, page_size, Hkv, D) at slots
-    `loc` (T,) = page * page_size + offset. One indexed copy each; CUDA-graph safe."""
-    k_cache.view(-1, *k_cache.shape[2:])[loc] = k
-    v_cache.view(-1, *v_cache.shape[2:])[loc] = v
-
-
 def jit_specs() -> list[JitSpec]:
     """The FlashInfer JIT modules the ops above use (norm, rope, silu_and_mul)."""
     from flashinfer.jit import gen_act_and_mul_module
