@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
     p.add_argument("--chunk-size", type=int, default=8192)
     p.add_argument("--cache", default="radix", choices=["radix", "naive"])
     p.add_argument("--json", help="append one JSON line of results to this file")
@@ -79,7 +79,8 @@ def main() -> None:
     anchor = ANCHOR_TOK_S.get(name)
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
-          f"overlap {'on' if overlap else 'off'}, KV {llm.engine.kv_pool.num_slots:,} tokens")
+          f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "
+          f"KV {llm.engine.kv_pool.num_slots:,} tokens")
     print("| model | rep | output tokens | cached prompt tokens | seconds | tok/s | "
           "mini-sglang tok/s | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -93,7 +94,7 @@ def main() -> None:
         with open(args.json, "a") as f:
             for r in rows:
                 f.write(json.dumps({**r, "startup_s": round(startup, 1), "overlap": overlap,
-                                    **vars(args)}) + "\n")
+                                    **vars(args), "page_size": llm.engine.page_size}) + "\n")
     llm.shutdown()
 
 

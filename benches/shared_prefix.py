@@ -40,7 +40,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
     p.add_argument("--max-running", type=int, default=0)
     p.add_argument("--kv-tokens", type=int, default=0)
     p.add_argument("--chunk-size", type=int, default=8192)
@@ -155,7 +155,7 @@ def main() -> None:
         ]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     shape = (f"{args.groups} groups x {args.per_group} requests, prefix {args.prefix_len}, "
-             f"suffix {args.suffix_len}, output {args.output_len}, page {args.page_size}, "
+             f"suffix {args.suffix_len}, output {args.output_len}, page {args.page_size or 'engine default'}, "
              f"best of {args.repeat}")
     if os.environ.get("OUT"):
         out = {"device": device, "commit": commit, "workload": shape, "rows": rows}

@@ -12,7 +12,7 @@ class EngineConfig:
     model_path: str
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    page_size: int = 1
+    page_size: int = 0  # tokens per KV page; 0: 16 on CUDA, 1 on CPU
     max_running: int = 0  # 0: 256 on CUDA, 32 on CPU
     kv_tokens: int = 0  # 0: auto (see Engine._num_pages)
     load_format: str = "safetensors"  # or "dummy" (random weights)
@@ -25,7 +25,7 @@ class EngineConfig:
     cuda_graph_max_bs: int = -1  # -1: 256 on GPUs with >= 80 GiB, else 128; 0: no graphs
 
     def __post_init__(self) -> None:
-        assert self.page_size >= 1, f"page_size must be >= 1; got {self.page_size}"
+        assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"
         assert self.max_running >= 0 and self.kv_tokens >= 0
         assert self.dtype == "auto" or self.dtype in _DTYPES, f"unknown dtype {self.dtype!r}"
         assert 0 < self.gpu_memory_fraction <= 1 and self.chunk_size >= 1
@@ -40,6 +40,14 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.bfloat16 if device.type == "cuda" else torch.float32
         return _DTYPES[self.dtype]
+
+    def resolve_page_size(self, device: torch.device) -> int:
+        """16 on CUDA (vLLM's default block size: FlashInfer reads whole pages, measured
+        ~1-2% faster than page 1 on mini-sglang's offline workload, benches/RESULTS.md;
+        the prefix cache then matches in steps of 16 tokens), 1 on CPU."""
+        if self.page_size:
+            return self.page_size
+        return 16 if device.type == "cuda" else 1
 
     def resolve_max_running(self, device: torch.device) -> int:
         if self.max_running:

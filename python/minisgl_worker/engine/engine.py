@@ -50,6 +50,7 @@ class Engine:
         self.model_config = cfg = ModelConfig.from_hf(config.model_path)
         self.model_name = Path(config.model_path).resolve().name
         self.max_running = config.resolve_max_running(self.device)
+        self.page_size = config.resolve_page_size(self.device)
         self.backend_name = resolve_backend_name(config.attention_backend, self.device)
         self.model = create_model(
             config.model_path, cfg, self.dtype, self.device, config.load_format
@@ -60,7 +61,6 @@ class Engine:
         graph_bs = config.resolve_graph_max_bs(self.device, self.max_running)
         if self.backend_name != "flashinfer":
             graph_bs = 0
-        self.page_size = config.page_size
         num_pages = self._num_pages(graph_bs)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
@@ -107,7 +107,7 @@ class Engine:
 
         cfg, t0 = self.model_config, time.perf_counter()
         attn = FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                                        self.config.page_size, self.dtype, self.device)
+                                        self.page_size, self.dtype, self.device)
         build_jit(attn.jit_specs() + cuda_ops.jit_specs())
         del attn
         logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
