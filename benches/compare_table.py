@@ -1,0 +1,35 @@
+"""The side-by-side table from one device call's bench.jsonl (lines appended by
+benches/offline.py and benches/minisgl_offline.py; see scripts/gpu-compare):
+
+    python benches/compare_table.py $OUT/bench.jsonl
+
+One row per model shape: each of our repetitions, mini-sglang's run, and the ratio of our
+mean throughput to mini-sglang's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main() -> None:
+    ours: dict[str, list[float]] = defaultdict(list)
+    ref: dict[str, list[float]] = defaultdict(list)
+    for line in Path(sys.argv[1]).read_text().splitlines():
+        r = json.loads(line)
+        name = Path(r["model"]).name
+        (ref if r.get("engine") == "mini-sglang" else ours)[name].append(r["tok_s"])
+    print("| model shape | minisgl tok/s (each rep) | mini-sglang tok/s | ratio (mean) |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in sorted(ours.keys() | ref.keys()):
+        mine, theirs = ours.get(name, []), ref.get(name, [])
+        ratio = (f"{sum(mine) / len(mine) / (sum(theirs) / len(theirs)):.2f}x"
+                 if mine and theirs else "-")
+        print(f"| {name} | {' / '.join(f'{x:,.0f}' for x in mine) or '-'} | "
+              f"{' / '.join(f'{x:,.0f}' for x in theirs) or '-'} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
