@@ -42,6 +42,13 @@ pub struct Config {
     /// Most requests a spawned worker runs at once (its default when absent).
     #[arg(long)]
     pub max_running: Option<u32>,
+    /// Prefix cache of the spawned workers: radix (shared prefixes are computed once) or
+    /// naive (none); their default, radix, when absent.
+    #[arg(long, value_enum)]
+    pub cache: Option<Cache>,
+    /// Prefill tokens per scheduler step of the spawned workers (their default when absent).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub chunk_size: Option<u32>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -61,6 +68,12 @@ pub enum Device {
     Auto,
     Cpu,
     Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Cache {
+    Radix,
+    Naive,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -105,6 +118,15 @@ impl Device {
             Self::Auto => "auto",
             Self::Cpu => "cpu",
             Self::Cuda => "cuda",
+        }
+    }
+}
+
+impl Cache {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Radix => "radix",
+            Self::Naive => "naive",
         }
     }
 }
@@ -177,14 +199,22 @@ mod tests {
             "bfloat16",
             "--page-size",
             "16",
+            "--cache",
+            "naive",
+            "--chunk-size",
+            "512",
         ])
         .unwrap();
         assert_eq!(
             (c.device.as_str(), c.dtype.as_str(), c.page_size),
             ("cuda", "bfloat16", Some(16))
         );
+        assert_eq!((c.cache, c.chunk_size), (Some(Cache::Naive), Some(512)));
         let err = parse(&["--device", "tpu"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
+        for bad in [["--cache", "lru"], ["--chunk-size", "0"]] {
+            assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);
+        }
         assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);
     }
 }

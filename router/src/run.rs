@@ -104,6 +104,8 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         dtype: config.dtype.as_str().into(),
         page_size: config.page_size,
         max_running: config.max_running,
+        cache: config.cache.map(|c| c.as_str()),
+        chunk_size: config.chunk_size,
         count: config.local_workers(),
     };
     let mut local = Vec::new();

@@ -4,7 +4,9 @@ requests that share it give the same greedy texts as alone."""
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.e2e.conftest import Server
+import pytest
+
+from tests.e2e.conftest import Server, start_router, stop_router
 
 MODEL = "SmolLM2-135M-Instruct"
 COLORS = ["red", "green", "blue", "amber", "violet", "silver", "black"]
@@ -43,3 +45,18 @@ def test_sixteen_concurrent_requests_match_their_solo_texts(server: Server) -> N
     assert all(alone), alone
     assert [t for t, _, _ in together] == alone
     assert all(cached >= 900 for _, _, cached in together)  # the system prompt, shared
+
+
+def test_router_cache_naive_reaches_the_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`minisgl-router --cache naive --chunk-size 256`: the spawned worker gets both flags
+    (its log says so) and caches nothing: the second request computes the whole prefix."""
+    server = start_router(tmp_path_factory.mktemp("naive"), "--cache", "naive",
+                          "--chunk-size", "256")
+    try:
+        first, _, _ = ask(server, "Where does the red fox sleep?")
+        _, second_tokens, cached = ask(server, "Which animal sleeps in barn 3?")
+        assert second_tokens >= 1000 and cached == 0
+        assert "cache naive, chunk 256" in server.log_path.read_text()
+        assert first
+    finally:
+        stop_router(server)

@@ -71,6 +71,8 @@ class Scheduler:
         # of them the prefix cache supplied (the `load` message's hit-rate counters).
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
+        logger.info("scheduler: cache %s, chunk %d, overlap %s", prefix_cache, chunk_size,
+                    "on" if overlap else "off")
 
     # ---- requests in ----
 

@@ -26,6 +26,8 @@ pub struct LaunchSpec {
     pub dtype: String,
     pub page_size: Option<u32>,
     pub max_running: Option<u32>,
+    pub cache: Option<&'static str>,
+    pub chunk_size: Option<u32>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -60,6 +62,12 @@ impl LaunchSpec {
         }
         if let Some(max_running) = self.max_running {
             cmd.args(["--max-running", &max_running.to_string()]);
+        }
+        if let Some(cache) = self.cache {
+            cmd.args(["--cache", cache]);
+        }
+        if let Some(chunk_size) = self.chunk_size {
+            cmd.args(["--chunk-size", &chunk_size.to_string()]);
         }
         cmd.env("MINISGL_WORKER_INDEX", index.to_string());
         if let Some(gpu) = self.gpu_for(index) {
@@ -228,6 +236,8 @@ mod tests {
             dtype: "auto".into(),
             page_size: Some(16),
             max_running: None,
+            cache: Some("naive"),
+            chunk_size: None,
             count,
         }
     }
@@ -275,7 +285,9 @@ mod tests {
                 "--dtype",
                 "auto",
                 "--page-size",
-                "16"
+                "16",
+                "--cache",
+                "naive"
             ]
         );
     }
