@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--kv-tokens", type=_non_negative, default=0,
-        help="KV capacity in tokens; 0: 1 GiB worth on CPU, 85%% of free memory on CUDA",
+        help="KV capacity in tokens; 0: 1 GiB worth on CPU; on CUDA what 90%% of the GPU's "
+        "memory leaves after the weights, the largest prefill's activations and CUDA graphs",
     )
     p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
     p.add_argument(
@@ -58,6 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "else 128; 0: none",
     )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
+    p.add_argument(
+        "--parent-pid", type=_positive, default=None,
+        help="exit when this process stops being our parent (the router that spawned us "
+        "died without shutting us down)",
+    )
     return p.parse_args(argv)
 
 
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     io = ZmqIO(args.listen)
     try:
-        serve(scheduler, io, ready)
+        serve(scheduler, io, ready, parent_pid=args.parent_pid)
     finally:
         io.close()
         engine.shutdown()

@@ -1,5 +1,6 @@
 """`minisgl-router --workers 2`: two real CPU workers behind one router."""
 
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -7,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.e2e.conftest import Server, start_router, stop_router
+from tests.e2e.conftest import Server, alive, descendants, start_router, stop_router
 
 MODEL = "SmolLM2-135M-Instruct"
 PROMPTS = [
@@ -71,3 +72,18 @@ def test_a_shared_prefix_goes_back_to_the_worker_that_caches_it(two_workers: Ser
     second = complete(two_workers, prefix + " second", max_tokens=2)
     cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 0.9 * (first["usage"]["prompt_tokens"] - 2), second["usage"]
+
+
+def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SIGKILL leaves the router no chance to send `shutdown`: its worker notices that its
+    parent is gone (`--parent-pid`) and exits instead of holding its memory forever."""
+    server = start_router(tmp_path_factory.mktemp("killed"))
+    workers = descendants(server.proc.pid)
+    assert workers, "the router should have spawned a worker process"
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in workers if alive(p)], server.log_tail()
+    assert "is gone: exiting" in server.log_path.read_text()

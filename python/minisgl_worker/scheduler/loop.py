@@ -6,6 +6,7 @@ arrives or a Load is due, so an idle worker uses no CPU."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from ..protocol import Abort, Error, Generate, Msg, Ready, Shutdown, Step, TokenOutput
@@ -18,12 +19,17 @@ LOAD_INTERVAL_BUSY_S = 0.5
 LOAD_INTERVAL_IDLE_S = 1.0
 
 
-def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready) -> None:
-    """Run until a Shutdown arrives."""
+def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None = None) -> None:
+    """Run until a Shutdown arrives, or until `parent_pid` is no longer our parent: a router
+    that was killed outright cannot send Shutdown, and its workers would hold the GPU on.
+    The check runs every loop, which an idle worker still turns at least once a second."""
     io.send([ready])
     logger.info("ready on %s", io.address)
     last_load = time.monotonic()
     while True:
+        if parent_pid is not None and os.getppid() != parent_pid:
+            logger.error("the router (pid %d) is gone: exiting", parent_pid)
+            return
         out: list[Msg] = []
         wait = 0.0 if scheduler.has_work else _until_load(last_load, LOAD_INTERVAL_IDLE_S)
         msgs, errors = io.recv(wait)

@@ -56,6 +56,9 @@ impl LaunchSpec {
             &self.device,
             "--dtype",
             &self.dtype,
+            // The worker exits if the router dies without shutting it down (SIGKILL).
+            "--parent-pid",
+            &std::process::id().to_string(),
         ]);
         if let Some(page_size) = self.page_size {
             cmd.args(["--page-size", &page_size.to_string()]);
@@ -284,6 +287,8 @@ mod tests {
                 "cpu",
                 "--dtype",
                 "auto",
+                "--parent-pid",
+                &std::process::id().to_string(),
                 "--page-size",
                 "16",
                 "--cache",
