@@ -102,10 +102,15 @@ def stop_router(server: Server) -> None:
         server.proc.kill()
         pytest.fail(f"router did not exit within 60 s of SIGINT:\n{server.log_tail()}")
     assert code == 0, server.log_tail()
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+    assert not still_alive(workers, within_s=10), "worker processes outlived the router"
+
+
+def still_alive(pids: set[int], within_s: float) -> list[int]:
+    """The processes of `pids` still alive after waiting up to `within_s` for them to exit."""
+    deadline = time.monotonic() + within_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in workers if alive(p)], "worker processes outlived the router"
+    return [p for p in pids if alive(p)]
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.e2e.conftest import Server, alive, descendants, start_router, stop_router
+from tests.e2e.conftest import Server, descendants, start_router, still_alive, stop_router
 
 MODEL = "SmolLM2-135M-Instruct"
 PROMPTS = [
@@ -82,8 +82,5 @@ def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPat
     assert workers, "the router should have spawned a worker process"
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(timeout=10)
-    deadline = time.monotonic() + 20
-    while any(alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in workers if alive(p)], server.log_tail()
+    assert not still_alive(workers, within_s=20), server.log_tail()
     assert "is gone: exiting" in server.log_path.read_text()
