@@ -120,12 +120,13 @@ class Sampler:
         same tokens whatever its neighbours."""
         if not self._fused:
             return self._race(logits, reqs)
-        cut = [i for i, r in enumerate(reqs) if _truncates(r)]
-        if not cut:
+        cuts = [_truncates(r) for r in reqs]
+        if not any(cuts):
             return self._gumbel(logits, reqs, scaled=True)
-        if len(cut) == len(reqs):
+        if all(cuts):
             return self._race(logits, reqs)
-        plain = [i for i, r in enumerate(reqs) if not _truncates(r)]
+        plain = [i for i, cut in enumerate(cuts) if not cut]
+        cut = [i for i, c in enumerate(cuts) if c]
         tokens = torch.empty(len(reqs), dtype=torch.long, device=logits.device)
         for rows, draw in ((plain, self._gumbel), (cut, self._race)):
             index = self._tensor(rows, torch.long)
