@@ -38,15 +38,18 @@ def _meta(q_lens: list[int], kv_lens: list[int], page_size: int) -> PagedKVMeta:
 
 
 def _setup(layout: str, page_size: int, q_lens: list[int], kv_lens: list[int],
-           backend: str = "auto",
+           backend: str = "auto", decode_backend: str = "fa2", kv_layout: str = "NHD",
            ) -> tuple[FlashInferPagedAttention, torch.Tensor, torch.Tensor, torch.Tensor]:
     hq, hkv, d = LAYOUTS[layout]
     meta = _meta(q_lens, kv_lens, page_size)
     num_pages = int(meta.kv_indptr[-1])
-    k = torch.randn(num_pages, page_size, hkv, d, device=DEV, dtype=BF16)
+    shape = (num_pages, page_size, hkv, d) if kv_layout == "NHD" else (num_pages, hkv, page_size, d)
+    k = torch.randn(shape, device=DEV, dtype=BF16)
     v = torch.randn_like(k)
     attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV,
-                                    prefill_backend=backend)  # type: ignore[arg-type]
+                                    prefill_backend=backend,  # type: ignore[arg-type]
+                                    decode_backend=decode_backend,  # type: ignore[arg-type]
+                                    kv_layout=kv_layout)
     attn.plan(*meta)
     q = torch.randn(sum(q_lens), hq, d, device=DEV, dtype=BF16)
     return attn, q, k, v
@@ -58,6 +61,20 @@ def bench_decode(layout: str, batch: int, kv_len: int, page_size: int) -> dict[s
     nbytes = 2 * batch * kv_len * k.shape[2] * k.shape[3] * k.element_size()
     return {"kind": "decode", "layout": layout, "batch": batch, "kv_len": kv_len,
             "page_size": page_size, "ms": ms, "GB/s": nbytes / ms / 1e6}
+
+
+def bench_ragged_decode(layout: str, batch: int, page_size: int, backend: str,
+                        kv_layout: str) -> dict[str, object]:
+    """Decode at the offline workload's lengths: KV lengths uniform in [100, 2048]."""
+    gen = torch.Generator().manual_seed(batch)
+    kv_lens = torch.randint(100, 2049, (batch,), generator=gen).tolist()
+    attn, q, k, v = _setup(layout, page_size, [1] * batch, kv_lens, "auto", backend, kv_layout)
+    ms = do_bench(lambda: attn.run(q, k, v), warmup=25, rep=200, return_mode="median")
+    _, hkv, d = LAYOUTS[layout]
+    nbytes = 2 * sum(kv_lens) * hkv * d * 2
+    return {"kind": f"dec-{backend}-{kv_layout}", "layout": layout, "batch": batch,
+            "kv_len": sum(kv_lens) // batch, "page_size": page_size, "ms": ms,
+            "GB/s": nbytes / ms / 1e6}
 
 
 def bench_prefill(layout: str, backend: str, reqs: int, new: int, prefix: int,
@@ -84,6 +101,13 @@ def bench_plan(layout: str, batch: int, kv_len: int, page_size: int) -> dict[str
 
 def main() -> None:
     rows = []
+    if os.environ.get("DECODE_BACKENDS"):  # fa2 vs fa3 tensor-core decode, NHD vs HND
+        for batch in (64, 128, 256):
+            for backend, kv_layout in (("fa2", "NHD"), ("fa3", "NHD"), ("fa2", "HND")):
+                for layout in LAYOUTS:
+                    rows.append(bench_ragged_decode(layout, batch, 16, backend, kv_layout))
+        _print(rows)
+        return
     for layout in LAYOUTS:
         for batch in (64, 256):
             for page_size in (1, 16, 256):
@@ -98,6 +122,10 @@ def main() -> None:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "bench.json"), "w") as f:
             json.dump(rows, f, indent=1)
+    _print(rows)
+
+
+def _print(rows: list[dict[str, object]]) -> None:
     print(f"{'kind':<13} {'layout':<13} {'bs':>4} {'kv':>5} {'new':>5} {'page':>4} "
           f"{'ms':>8} {'GB/s | TFLOP/s':>15}")
     for r in rows:

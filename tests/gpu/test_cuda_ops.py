@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from minisgl_worker.kvcache.store import store_kv
+from minisgl_worker.kvcache.store import rope_store_kv, store_kv
 from minisgl_worker.layers import cuda_ops
 from minisgl_worker.layers.rotary import RopeScaling, RotaryEmbedding
 
@@ -58,14 +58,14 @@ def test_silu_and_mul(tokens: int, inter: int) -> None:
     assert rel_err(out, cuda_ops.silu_and_mul_ref(x)) < TOL
 
 
-@pytest.mark.parametrize(
-    "hq,hkv,d,theta,scaling",
-    [
-        (16, 8, 128, 1e6, RopeScaling()),  # Qwen3-0.6B
-        (32, 8, 128, 5e5, RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)),  # Llama-3.1-8B
-        (9, 3, 64, 1e5, RopeScaling()),  # SmolLM2-135M
-    ],
-)
+ROPE_SHAPES = [
+    (16, 8, 128, 1e6, RopeScaling()),  # Qwen3-0.6B
+    (32, 8, 128, 5e5, RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)),  # Llama-3.1-8B
+    (9, 3, 64, 1e5, RopeScaling()),  # SmolLM2-135M
+]
+
+
+@pytest.mark.parametrize("hq,hkv,d,theta,scaling", ROPE_SHAPES)
 @pytest.mark.parametrize("pos_dtype", [torch.int64, torch.int32])
 def test_rope_in_place_on_fused_qkv(
     hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, pos_dtype: torch.dtype
@@ -85,6 +85,43 @@ def test_rope_in_place_on_fused_qkv(
     cuda_ops.apply_rope_inplace(pos, q, k, cache)
     assert rel_err(q, ref_q) < TOL and rel_err(k, ref_k) < TOL
     assert torch.equal(qkv[:, (hq + hkv) * d :], v_before)  # v untouched
+
+
+
+@pytest.mark.parametrize("hq,hkv,d,theta,scaling", ROPE_SHAPES)
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_rope_store_kv_matches_rope_then_store(
+    hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, page_size: int
+) -> None:
+    """The fused kernel: q rotated in place, k rotated into its slot, v copied, equal to
+    FlashInfer's RoPE followed by `store_kv`, no other slot written."""
+    rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
+    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
+    tokens, slots = 211, 4096
+    qkv = _rand(tokens, (hq + 2 * hkv) * d)
+    ref_qkv = qkv.clone()
+    pos = torch.randint(0, 32768, (tokens,), device=DEV)
+    loc = torch.randperm(slots, device=DEV)[:tokens]
+
+    def views(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = t.split([hq * d, hkv * d, hkv * d], dim=-1)
+        return q.view(tokens, hq, d), k.view(tokens, hkv, d), v.view(tokens, hkv, d)
+
+    caches = [torch.zeros(slots // page_size, page_size, hkv, d, device=DEV, dtype=BF16)
+              for _ in range(4)]
+    q, k, v = views(qkv)
+    rope_store_kv(caches[0], caches[1], loc, pos, cache, q, k, v)
+    ref_q, ref_k, ref_v = views(ref_qkv)
+    cuda_ops.apply_rope_inplace(pos, ref_q, ref_k, cache)
+    store_kv(caches[2], caches[3], loc, ref_k, ref_v)
+    assert rel_err(q, ref_q) < TOL
+    for got, want in ((caches[0], caches[2]), (caches[1], caches[3])):
+        assert rel_err(got.view(-1, hkv, d)[loc], want.view(-1, hkv, d)[loc]) < TOL
+    assert torch.equal(caches[1], caches[3])  # v is copied bit for bit
+    untouched = torch.ones(slots, dtype=torch.bool, device=DEV)
+    untouched[loc] = False
+    assert not caches[0].view(slots, -1)[untouched].any()
+    assert not caches[1].view(slots, -1)[untouched].any()
 
 
 @pytest.mark.parametrize("page_size", [1, 16])

@@ -6,10 +6,15 @@ attends each request's queries over its cached tokens (prefix + this extend)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..core import Batch
+
+if TYPE_CHECKING:
+    from ..kvcache.pool import MHAKVPool
+    from ..layers.rotary import RotaryEmbedding
 
 
 class BaseAttnBackend(ABC):
@@ -20,6 +25,23 @@ class BaseAttnBackend(ABC):
 
     @abstractmethod
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+        rotary: RotaryEmbedding | None = None,
     ) -> torch.Tensor:
-        """q (T, Hq, D), k/v (T, Hkv, D) of the batch's new tokens -> (T, Hq, D)."""
+        """q (T, Hq, D), k/v (T, Hkv, D) of the batch's new tokens -> (T, Hq, D); with
+        `rotary`, q and k are rotated by the batch's positions first."""
+
+
+def rope_and_store(kv_pool: MHAKVPool, layer_id: int, batch: Batch, q: torch.Tensor,
+                   k: torch.Tensor, v: torch.Tensor, rotary: RotaryEmbedding | None,
+                   ) -> torch.Tensor:
+    """Rotate q and k by the batch's positions (if `rotary`) and write k and v into the pool
+    at `batch.out_loc` -> the rotated q. With the fused cos/sin cache on CUDA that is one
+    kernel (kvcache/store.py), q rotated in place."""
+    if rotary is not None and rotary.cos_sin is not None and k.is_cuda:
+        kv_pool.rope_store(layer_id, batch.out_loc, batch.positions, rotary.cos_sin, q, k, v)
+        return q
+    if rotary is not None:
+        q, k = rotary(batch.positions, q, k)
+    kv_pool.store(layer_id, batch.out_loc, k, v)
+    return q

@@ -31,7 +31,8 @@ import torch
 
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
-from .base import BaseAttnBackend
+from ..layers.rotary import RotaryEmbedding
+from .base import BaseAttnBackend, rope_and_store
 
 if TYPE_CHECKING:
     from flashinfer import BatchDecodeWithPagedKVCacheWrapper
@@ -110,7 +111,8 @@ class FlashInferPagedAttention:
     def __init__(
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
         dtype: torch.dtype, device: torch.device, *, sm_scale: float | None = None,
-        prefill_backend: PrefillBackend = "auto",
+        prefill_backend: PrefillBackend = "auto", decode_backend: PrefillBackend = "fa2",
+        kv_layout: str = "NHD",
     ) -> None:
         import flashinfer
 
@@ -124,10 +126,12 @@ class FlashInferPagedAttention:
         # a KV head: on the offline workload Qwen3-0.6B (group 2) ran 6.47 -> 6.23 s with
         # it; Llama (group 4) was measured faster before. MHA keeps the CUDA-core kernel.
         self.use_tensor_cores = num_qo_heads // num_kv_heads >= 2
+        assert decode_backend == "fa2" or self.use_tensor_cores, "fa3 decode needs tensor cores"
+        self.decode_backend, self.kv_layout = decode_backend, kv_layout
         # Zeroed: FlashInfer requires a zero float workspace on first use.
         self._float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-            self._float_ws, "NHD", backend=self.prefill_backend
+            self._float_ws, kv_layout, backend=self.prefill_backend
         )
         self._int_ws = self._prefill._int_workspace_buffer
         self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
@@ -142,8 +146,8 @@ class FlashInferPagedAttention:
         import flashinfer
 
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self._float_ws, "NHD", use_cuda_graph=bool(graph_buffers),
-            use_tensor_cores=self.use_tensor_cores, backend="fa2", **graph_buffers,
+            self._float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
+            use_tensor_cores=self.use_tensor_cores, backend=self.decode_backend, **graph_buffers,
         )
         wrapper._int_workspace_buffer = self._int_ws  # share (see the module docstring)
         wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
@@ -304,10 +308,11 @@ class FlashInferBackend(BaseAttnBackend):
         batch.attn_metadata = meta
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+        rotary: RotaryEmbedding | None = None,
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
-        self.kv_pool.store(layer_id, batch.out_loc, k, v)
+        q = rope_and_store(self.kv_pool, layer_id, batch, q, k, v, rotary)
         # q may be a strided view of the fused qkv output (in-place RoPE): FlashInfer's
         # kernels take its row and head strides, so it is not copied.
         return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
-from .base import BaseAttnBackend
+from ..layers.rotary import RotaryEmbedding
+from .base import BaseAttnBackend, rope_and_store
 
 
 @dataclass
@@ -78,11 +79,12 @@ class TorchNativeBackend(BaseAttnBackend):
         return _Decodes(q_index, slots, valid[:, None, None, :])
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+        rotary: RotaryEmbedding | None = None,
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
         meta: TorchNativeMetadata = batch.attn_metadata
-        self.kv_pool.store(layer_id, batch.out_loc, k, v)
+        q = rope_and_store(self.kv_pool, layer_id, batch, q, k, v, rotary)
         k_all, v_all = self.kv_pool.k_slots(layer_id), self.kv_pool.v_slots(layer_id)
         out = torch.empty_like(q)
         for e in meta.extends:

@@ -42,6 +42,14 @@ class MHAKVPool:
             self.k_slots(layer)[loc] = k
             self.v_slots(layer)[loc] = v
 
+    def rope_store(self, layer: int, loc: torch.Tensor, positions: torch.Tensor,
+                   cos_sin: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor) -> None:
+        """CUDA only: RoPE on q (in place) and on k fused with `store` (store.py)."""
+        from .store import rope_store_kv
+
+        rope_store_kv(self.k[layer], self.v[layer], loc, positions, cos_sin, q, k, v)
+
     @staticmethod
     def bytes_per_token(
         num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype

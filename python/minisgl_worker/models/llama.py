@@ -46,8 +46,8 @@ class LlamaAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        out = get_global_ctx().attn_backend.forward(q, k, v, self.layer_id)  # (T, Hq, D)
+        # RoPE by the batch's positions happens in the backend, fused with the KV store.
+        out = get_global_ctx().attn_backend.forward(q, k, v, self.layer_id, self.rotary)
         return self.o_proj(out.reshape(out.shape[0], -1))
 
 
