@@ -3,8 +3,8 @@ benches/offline.py and benches/minisgl_offline.py; see scripts/gpu-compare):
 
     python benches/compare_table.py $OUT/bench.jsonl
 
-One row per model shape: each of our repetitions, mini-sglang's run, and the ratio of our
-mean throughput to mini-sglang's."""
+One row per model shape: each of our repetitions, each of mini-sglang's runs, and the ratio
+of our mean throughput to mini-sglang's mean."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: |")
     for name in sorted(ours.keys() | ref.keys()):
         mine, theirs = ours.get(name, []), ref.get(name, [])
-        ratio = (f"{sum(mine) / len(mine) / (sum(theirs) / len(theirs)):.2f}x"
+        ratio = (f"{sum(mine) / len(mine) / (sum(theirs) / len(theirs)):.3f}x"
                  if mine and theirs else "-")
         print(f"| {name} | {' / '.join(f'{x:,.0f}' for x in mine) or '-'} | "
               f"{' / '.join(f'{x:,.0f}' for x in theirs) or '-'} | {ratio} |")

@@ -90,11 +90,14 @@ def test_rope_in_place_on_fused_qkv(
 
 @pytest.mark.parametrize("hq,hkv,d,theta,scaling", ROPE_SHAPES)
 @pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_store_kv_matches_rope_then_store(
-    hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, page_size: int
+    hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, page_size: int,
+    qk_norm: bool,
 ) -> None:
     """The fused kernel: q rotated in place, k rotated into its slot, v copied, equal to
-    FlashInfer's RoPE followed by `store_kv`, no other slot written."""
+    FlashInfer's RoPE followed by `store_kv`, no other slot written; with qk_norm (Qwen3)
+    each head of q and k RMS-normalized first, as FlashInfer's RMSNorm does."""
     rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
     cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
     tokens, slots = 211, 4096
@@ -109,9 +112,13 @@ def test_rope_store_kv_matches_rope_then_store(
 
     caches = [torch.zeros(slots // page_size, page_size, hkv, d, device=DEV, dtype=BF16)
               for _ in range(4)]
+    q_w, k_w = _rand(d) + 1, _rand(d) + 1
     q, k, v = views(qkv)
-    rope_store_kv(caches[0], caches[1], loc, pos, cache, q, k, v)
+    rope_store_kv(caches[0], caches[1], loc, pos, cache, q, k, v,
+                  (q_w, k_w, 1e-6) if qk_norm else None)
     ref_q, ref_k, ref_v = views(ref_qkv)
+    if qk_norm:
+        ref_q, ref_k = cuda_ops.rmsnorm(ref_q, q_w, 1e-6), cuda_ops.rmsnorm(ref_k, k_w, 1e-6)
     cuda_ops.apply_rope_inplace(pos, ref_q, ref_k, cache)
     store_kv(caches[2], caches[3], loc, ref_k, ref_v)
     assert rel_err(q, ref_q) < TOL

@@ -76,6 +76,22 @@ def test_sampler_seeded_draw_does_not_depend_on_the_neighbours_path() -> None:
     assert nxt[0] == nxt[1]
 
 
+def test_sampler_draws_the_same_from_bf16_logits_as_from_their_float32_copy() -> None:
+    """The model hands the sampler bf16 logits; each path (greedy argmax, the fused draw,
+    the processed float32 path) draws what it would from the exact float32 upcast."""
+    sampler = Sampler([2], DEV)
+    logits = (torch.randn(3, 128_256, device=DEV) * 3).to(torch.bfloat16)
+    for params in ({"temperature": 0.0}, {"temperature": 0.7, "seed": 7},
+                   {"temperature": 0.7, "seed": 7, "logprobs": True},
+                   {"temperature": 0.7, "seed": 7, "top_k": 50}):
+        low = sampler.sample(logits.clone(), [_req(i, **params) for i in range(3)]).tokens
+        high = sampler.sample(logits.float(), [_req(i, **params) for i in range(3)]).tokens
+        assert torch.equal(low, high), params
+    untouched = logits.clone()
+    sampler.sample(logits, [_req(0, temperature=0.5, logprobs=True)] * 3)
+    assert torch.equal(logits, untouched)  # edits go to the float32 copy
+
+
 def test_draw_does_not_depend_on_how_many_programs_split_the_row() -> None:
     logits = torch.randn(1024, 151_936, device=DEV)
     temps = torch.full((1024,), 0.8, device=DEV)

@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..core import Batch
+from ..layers.norm import RMSNorm
+from ..layers.rotary import RotaryEmbedding
 
 if TYPE_CHECKING:
     from ..kvcache.pool import MHAKVPool
-    from ..layers.rotary import RotaryEmbedding
+
+QKNorm = tuple[RMSNorm, RMSNorm]  # per-head RMSNorm of q and of k (Qwen3)
 
 
 class BaseAttnBackend(ABC):
@@ -26,21 +29,30 @@ class BaseAttnBackend(ABC):
     @abstractmethod
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-        rotary: RotaryEmbedding | None = None,
+        rotary: RotaryEmbedding | None = None, qk_norm: QKNorm | None = None,
     ) -> torch.Tensor:
         """q (T, Hq, D), k/v (T, Hkv, D) of the batch's new tokens -> (T, Hq, D); with
-        `rotary`, q and k are rotated by the batch's positions first."""
+        `qk_norm` and `rotary`, q and k are normalized per head and rotated by the batch's
+        positions first."""
 
 
 def rope_and_store(kv_pool: MHAKVPool, layer_id: int, batch: Batch, q: torch.Tensor,
                    k: torch.Tensor, v: torch.Tensor, rotary: RotaryEmbedding | None,
-                   ) -> torch.Tensor:
-    """Rotate q and k by the batch's positions (if `rotary`) and write k and v into the pool
-    at `batch.out_loc` -> the rotated q. With the fused cos/sin cache on CUDA that is one
-    kernel (kvcache/store.py), q rotated in place."""
+                   qk_norm: QKNorm | None = None) -> torch.Tensor:
+    """Normalize q and k per head (if `qk_norm`), rotate them by the batch's positions (if
+    `rotary`) and write k and v into the pool at `batch.out_loc` -> the new q. With the
+    fused cos/sin cache on CUDA that is one kernel (kvcache/store.py), q updated in place."""
     if rotary is not None and rotary.cos_sin is not None and k.is_cuda:
-        kv_pool.rope_store(layer_id, batch.out_loc, batch.positions, rotary.cos_sin, q, k, v)
+        norm = None
+        if qk_norm is not None:
+            q_norm, k_norm = qk_norm
+            assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
+            norm = (q_norm.weight, k_norm.weight, q_norm.eps)
+        kv_pool.rope_store(layer_id, batch.out_loc, batch.positions, rotary.cos_sin, q, k, v,
+                           norm)
         return q
+    if qk_norm is not None:
+        q, k = qk_norm[0](q), qk_norm[1](k)
     if rotary is not None:
         q, k = rotary(batch.positions, q, k)
     kv_pool.store(layer_id, batch.out_loc, k, v)

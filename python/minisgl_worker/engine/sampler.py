@@ -63,14 +63,18 @@ class Sampler:
         self._rng = random.Random()  # seeds of unseeded requests' fused draws
 
     def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
-        """logits (B, V) float32, one row per request in `reqs`. No host sync unless a
-        request asks for penalties, min_new_tokens masking or logprobs."""
+        """logits (B, V) in the model's dtype, one row per request in `reqs`; left as they
+        are. No host sync unless a request asks for penalties, min_new_tokens masking or
+        logprobs."""
         assert logits.shape[0] == len(reqs)
         none: list[None] = [None] * len(reqs)
+        # The two fast paths read the logits as they are (argmax and the Triton draw are
+        # exact on bf16); the rest works on a float32 copy.
         if all(_is_plain_greedy(r) for r in reqs):
             return SampleOutput(logits.argmax(-1), list(none), list(none))
         if self._fused and all(_is_plain(r) and not _truncates(r) for r in reqs):
             return SampleOutput(self._gumbel(logits, reqs, scaled=False), list(none), list(none))
+        logits = logits.float()  # a copy in bf16/fp16; float32 (CPU) is edited in place
         for i, req in enumerate(reqs):
             if _has_penalty(req):
                 self._apply_penalties(logits[i], req)

@@ -39,31 +39,43 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k:
 
 
 @triton.jit
+def _norm_rope(x_lo, w_ptr, cos, sin, eps, mask, D: tl.constexpr, NORM: tl.constexpr):
+    """Rows of heads at x_lo (first halves; second halves at + D/2) -> the two rotated
+    halves in float32, each head RMS-normalized by weight w first when NORM."""
+    half = tl.arange(0, D // 2)[None, :]
+    x1 = tl.load(x_lo, mask=mask).to(tl.float32)
+    x2 = tl.load(x_lo + D // 2, mask=mask).to(tl.float32)
+    if NORM:
+        rstd = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / D + eps)[:, None]
+        x1 = x1 * rstd * tl.load(w_ptr + half).to(tl.float32)
+        x2 = x2 * rstd * tl.load(w_ptr + D // 2 + half).to(tl.float32)
+    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
+@triton.jit
 def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_stride, k_stride, v_stride, pos_ptr, cos_sin_ptr,
-                       k_cache_ptr, v_cache_ptr, loc_ptr,
+                       k_cache_ptr, v_cache_ptr, loc_ptr, q_norm_ptr, k_norm_ptr, eps,
                        HQ: tl.constexpr, HKV: tl.constexpr, HQ_P2: tl.constexpr,
-                       HKV_P2: tl.constexpr, D: tl.constexpr):
+                       HKV_P2: tl.constexpr, D: tl.constexpr, NORM: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(loc_ptr + t).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     half = tl.arange(0, D // 2)
     cos = tl.load(cos_sin_ptr + pos * D + half)[None, :]
     sin = tl.load(cos_sin_ptr + pos * D + D // 2 + half)[None, :]
-    # q: rotate each head in place (neox layout: the halves of a head pair up)
+    # q: rotated in place (neox layout: the halves of a head pair up)
     hq = tl.arange(0, HQ_P2)[:, None]
     q_lo = q_ptr + t * q_stride + hq * D + half[None, :]
-    q1 = tl.load(q_lo, mask=hq < HQ).to(tl.float32)
-    q2 = tl.load(q_lo + D // 2, mask=hq < HQ).to(tl.float32)
-    tl.store(q_lo, (q1 * cos - q2 * sin).to(q_ptr.dtype.element_ty), mask=hq < HQ)
-    tl.store(q_lo + D // 2, (q2 * cos + q1 * sin).to(q_ptr.dtype.element_ty), mask=hq < HQ)
-    # k: rotate into the cache slot; v: copy
+    q1, q2 = _norm_rope(q_lo, q_norm_ptr, cos, sin, eps, hq < HQ, D, NORM)
+    tl.store(q_lo, q1.to(q_ptr.dtype.element_ty), mask=hq < HQ)
+    tl.store(q_lo + D // 2, q2.to(q_ptr.dtype.element_ty), mask=hq < HQ)
+    # k: rotated into the cache slot; v: copied
     hk = tl.arange(0, HKV_P2)[:, None]
     k_lo = k_ptr + t * k_stride + hk * D + half[None, :]
-    k1 = tl.load(k_lo, mask=hk < HKV).to(tl.float32)
-    k2 = tl.load(k_lo + D // 2, mask=hk < HKV).to(tl.float32)
+    k1, k2 = _norm_rope(k_lo, k_norm_ptr, cos, sin, eps, hk < HKV, D, NORM)
     dst = k_cache_ptr + slot * HKV * D + hk * D + half[None, :]
-    tl.store(dst, (k1 * cos - k2 * sin).to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
-    tl.store(dst + D // 2, (k2 * cos + k1 * sin).to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
+    tl.store(dst, k1.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
+    tl.store(dst + D // 2, k2.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
     cols = hk * D + tl.arange(0, D)[None, :]
     v = tl.load(v_ptr + t * v_stride + cols, mask=hk < HKV)
     tl.store(v_cache_ptr + slot * HKV * D + cols, v, mask=hk < HKV)
@@ -71,19 +83,22 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_stride, k_stride, v_stride, pos_pt
 
 def rope_store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor,
                   positions: torch.Tensor, cos_sin: torch.Tensor, q: torch.Tensor,
-                  k: torch.Tensor, v: torch.Tensor) -> None:
+                  k: torch.Tensor, v: torch.Tensor,
+                  qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
     """RoPE (neox layout, `cos_sin` (P, D) fp32: cos | sin) on q in place and on k on its
     way into the cache, v copied: one launch per layer instead of RoPE's and `store_kv`'s.
-    q (T, Hq, D), k, v (T, Hkv, D), each token's heads contiguous (views of a fused qkv
-    output are fine). CUDA-graph safe."""
+    qk_norm (q weight (D,), k weight (D,), eps): RMS-normalize each head of q and k first
+    (Qwen3), saving two more launches. q (T, Hq, D), k, v (T, Hkv, D), each token's heads
+    contiguous (views of a fused qkv output are fine). CUDA-graph safe."""
     tokens, hq, dim = q.shape
     hkv = k.shape[1]
     assert k.shape == v.shape == (tokens, hkv, dim) and k_cache.shape[2:] == (hkv, dim)
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and cos_sin.shape[1] == dim
     assert q.stride()[1:] == k.stride()[1:] == v.stride()[1:] == (dim, 1)
     assert dim & (dim - 1) == 0, f"head_dim {dim} must be a power of two"
+    q_w, k_w, eps = qk_norm if qk_norm is not None else (cos_sin, cos_sin, 0.0)  # unread
     if tokens:
         _rope_store_kernel[(tokens,)](
             q, k, v, q.stride(0), k.stride(0), v.stride(0), positions, cos_sin, k_cache,
-            v_cache, loc, HQ=hq, HKV=hkv, HQ_P2=triton.next_power_of_2(hq),
-            HKV_P2=triton.next_power_of_2(hkv), D=dim, num_warps=4)
+            v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv, HQ_P2=triton.next_power_of_2(hq),
+            HKV_P2=triton.next_power_of_2(hkv), D=dim, NORM=qk_norm is not None, num_warps=4)
