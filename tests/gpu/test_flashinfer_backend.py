@@ -95,19 +95,26 @@ def test_decode_matches_reference(layout: str, page_size: int) -> None:
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int) -> None:
+@pytest.mark.parametrize("split_kv", [True, False])
+def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
+                                               split_kv: bool) -> None:
+    """Captured once with short lengths, replayed with longer ones; split_kv=False: the
+    whole-KV wrapper (no split, no merge kernel)."""
     hq, hkv, d = LAYOUTS[layout]
     bs, max_len = 16, 2048
     num_pages = bs * (max_len // page_size) + 8
     k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
     attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV)
-    attn.init_cuda_graphs([1, 8, bs], max_num_pages=num_pages)
+    if not split_kv and not attn.use_tensor_cores:
+        pytest.skip("CUDA-core decode always splits in graphs")
+    attn.init_cuda_graphs([1, 8, bs], max_num_pages=num_pages,
+                          whole_kv_sizes=[] if split_kv else [bs])
 
     def plan_random(longest: int) -> PagedBatch:
         lens = torch.randint(1, longest + 1, (bs,)).tolist()
         batch = random_batch([1] * bs, [n - 1 for n in lens], page_size, num_pages, DEV)
         attn.plan_cuda_graph(batch.meta.kv_indptr, batch.meta.kv_indices,
-                             batch.meta.kv_last_page_len)
+                             batch.meta.kv_last_page_len, split_kv)
         return batch
 
     plan_random(64)  # capture with short lengths; replays below use longer ones

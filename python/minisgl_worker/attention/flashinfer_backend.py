@@ -9,7 +9,10 @@ Two layers:
   other batch, mixed or chunked, runs the prefill kernels with a causal mask aligned to the
   end of each request's KV, which is what a chunk after a cached prefix needs. Decode can be
   captured in CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per padded
-  batch size, and `plan_cuda_graph` is called before capture and before every replay.
+  batch size, and `plan_cuda_graph` is called before capture and before every replay. A
+  graph's split-KV choice is fixed at capture (in graph mode FlashInfer always splits, then
+  merges), so the sizes in `whole_kv_sizes` get a second wrapper that reads each request's
+  KV in one piece: no merge kernel, for batches large and even enough not to need a split.
 - `FlashInferBackend`: the `BaseAttnBackend` the engine plugs in (same inputs as
   `TorchNativeBackend`, plus the query head count).
 
@@ -136,7 +139,7 @@ class FlashInferPagedAttention:
         self._int_ws = self._prefill._int_workspace_buffer
         self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
         self._decode = self._new_decode_wrapper()
-        self._graphs: dict[int, BatchDecodeWithPagedKVCacheWrapper] = {}
+        self._graphs: dict[tuple[int, bool], BatchDecodeWithPagedKVCacheWrapper] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
         self._plan_done = torch.cuda.Event()
@@ -174,12 +177,12 @@ class FlashInferPagedAttention:
 
     def _plan_decode(
         self, wrapper: BatchDecodeWithPagedKVCacheWrapper, kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor, split_kv: bool = True,
     ) -> None:
         wrapper.plan(
             kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads, self.num_kv_heads,
             self.head_dim, self.page_size, sm_scale=self.sm_scale, q_data_type=self.dtype,
-            kv_data_type=self.dtype,
+            kv_data_type=self.dtype, disable_split_kv=not split_kv,
         )
         self._active = wrapper
 
@@ -192,10 +195,15 @@ class FlashInferPagedAttention:
         assert self._active is not None, "plan() a batch first"
         return self._active.run(q, (k_cache, v_cache), out=out)
 
-    def init_cuda_graphs(self, batch_sizes: Sequence[int], max_num_pages: int) -> None:
-        """One decode wrapper per padded batch size, all reading one set of fixed buffers
+    def init_cuda_graphs(
+        self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = ()
+    ) -> None:
+        """One decode wrapper per padded batch size, plus a whole-KV one (no split) per size
+        in `whole_kv_sizes` (tensor-core decode only), all reading one set of fixed buffers
         (`max_num_pages`: the most pages a padded decode batch can reference)."""
         assert not self._graphs, "CUDA-graph wrappers already built"
+        assert set(whole_kv_sizes) <= set(batch_sizes), (whole_kv_sizes, batch_sizes)
+        assert self.use_tensor_cores or not whole_kv_sizes, "CUDA-core decode always splits"
         max_bs = max(batch_sizes)
         self._graph_bufs = (
             torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
@@ -203,22 +211,28 @@ class FlashInferPagedAttention:
             torch.ones(max_bs, dtype=torch.int32, device=self.device),
         )
         indptr, indices, last_page_len = self._graph_bufs
-        for bs in sorted(set(batch_sizes)):
-            self._graphs[bs] = self._new_decode_wrapper(
+        variants = {(bs, True) for bs in batch_sizes} | {(bs, False) for bs in whole_kv_sizes}
+        for bs, split in sorted(variants):
+            self._graphs[bs, split] = self._new_decode_wrapper(
                 paged_kv_indptr_buffer=indptr[: bs + 1],
                 paged_kv_indices_buffer=indices,
                 paged_kv_last_page_len_buffer=last_page_len[:bs],
             )
 
+    def has_whole_kv_graph(self, batch_size: int) -> bool:
+        return (batch_size, False) in self._graphs
+
     def plan_cuda_graph(
-        self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor
+        self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+        split_kv: bool = True,
     ) -> None:
         """Plan a decode batch padded to a size given to `init_cuda_graphs` (padding
         requests point at any valid page with length 1). Call before capturing that size and
-        before every replay of it; `run` then uses that size's wrapper."""
-        wrapper = self._graphs[kv_last_page_len.numel()]
+        before every replay of it; `run` then uses that size's wrapper (the whole-KV one when
+        not `split_kv`)."""
+        wrapper = self._graphs[kv_last_page_len.numel(), split_kv]
         self._plan_done.synchronize()
-        self._plan_decode(wrapper, kv_indptr, kv_indices, kv_last_page_len)
+        self._plan_decode(wrapper, kv_indptr, kv_indices, kv_last_page_len, split_kv)
         self._plan_done.record()
 
     def jit_specs(self) -> list[JitSpec]:
@@ -289,9 +303,20 @@ class FlashInferBackend(BaseAttnBackend):
         self.attn.plan(*meta)
         batch.attn_metadata = meta
 
-    def plan_padded(self, batch: Batch, padded_bs: int) -> None:
-        """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size: each
-        padding row attends over one token of the pool's dummy page."""
+    def split_kv_for(self, batch: Batch, padded_bs: int) -> bool:
+        """Whether a decode batch padded to `padded_bs` needs the split-KV graph. Without a
+        split each (request, KV head) is one CTA, so the longest request sets the kernel's
+        time: the whole-KV graph is taken when one exists for the size (enough CTAs to fill
+        the GPU) and no request is longer than twice the mean."""
+        if not batch.reqs or not self.attn.has_whole_kv_graph(padded_bs):
+            return True
+        lens = [r.device_len for r in batch.reqs]
+        return max(lens) * len(lens) > 2 * sum(lens)
+
+    def plan_padded(self, batch: Batch, padded_bs: int, split_kv: bool = True) -> None:
+        """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size (the
+        whole-KV variant when not `split_kv`): each padding row attends over one token of
+        the pool's dummy page."""
         ps, pad = self.kv_pool.page_size, padded_bs - batch.size
         meta = paged_kv_meta(
             self.page_table, [r.table_idx for r in batch.reqs],
@@ -304,7 +329,7 @@ class FlashInferBackend(BaseAttnBackend):
                                device=self.page_table.device)
             indices = torch.cat((indices.to(self.page_table.device), dummy))
             last = torch.cat((last, torch.ones(pad, dtype=torch.int32)))
-        self.attn.plan_cuda_graph(indptr, indices, last)
+        self.attn.plan_cuda_graph(indptr, indices, last, split_kv)
         batch.attn_metadata = meta
 
     def forward(

@@ -5,9 +5,14 @@ A decode step launches ~10 kernels per layer; at small models the launch gaps ar
 the step, so each size's whole forward (embedding to float32 logits) is captured once at
 start and replayed. All graphs read one set of static buffers (input ids, positions, KV
 slots) and share one memory pool (captured largest first, so the smaller ones fit in its
-blocks). A batch of B requests runs the smallest graph of size >= B; the padding rows read
-token 0 at position 0, write their KV into the pool's dummy page and attend over it only.
-Attention is re-planned for the padded batch before every replay (`plan_cuda_graph`)."""
+blocks) and write their logits into one shared buffer. A batch of B requests runs the
+smallest graph of size >= B; the padding rows read token 0 at position 0, write their KV
+into the pool's dummy page and attend over it only. Attention is re-planned for the padded
+batch before every replay (`plan_cuda_graph`).
+
+Sizes from WHOLE_KV_MIN_BS up have a second graph whose attention does not split the KV
+(no merge kernel, ~4 us a layer): the backend picks it per step when the batch's lengths
+are even enough (`FlashInferBackend.split_kv_for`)."""
 
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from ..core import Batch, Context
 
 logger = logging.getLogger(__name__)
 
-ModelFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+ModelFn = Callable[..., torch.Tensor]  # (input_ids, positions, logits_indices, logits_out)
+WHOLE_KV_MIN_BS = 64  # x KV heads: enough (request, head) CTAs to fill an H200 unsplit
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:
@@ -45,35 +51,42 @@ class GraphRunner:
         self.positions = torch.zeros(self.max_bs, dtype=torch.long, device=device)
         self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.long, device=device)
         self.indices = torch.arange(self.max_bs, device=device)
-        backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}
+        whole_kv = [s for s in self.sizes if s >= WHOLE_KV_MIN_BS]
+        if not backend.attn.use_tensor_cores:
+            whole_kv = []
+        self.variants = sorted({(bs, True) for bs in self.sizes}
+                               | {(bs, False) for bs in whole_kv}, reverse=True)
+        backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req, whole_kv)
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
+        self.logits = torch.empty(0)  # (max_bs, V), shaped by the first warm-up
         self._capture(model, ctx, device)
 
     def _capture(self, model: ModelFn, ctx: Context, device: torch.device) -> None:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device)
-        bar = tqdm(sorted(self.sizes, reverse=True), desc="capturing CUDA graphs",
-                   file=sys.stderr, unit="graph")
-        for bs in bar:
-            bar.set_postfix(bs=bs)
+        bar = tqdm(self.variants, desc="capturing CUDA graphs", file=sys.stderr, unit="graph")
+        for bs, split in bar:
+            bar.set_postfix(bs=bs, split_kv=split)
             batch = self._static_batch(bs)
-            self.backend.plan_padded(batch, bs)
+            self.backend.plan_padded(batch, bs, split)
             args = (self.input_ids[:bs], self.positions[:bs], self.indices[:bs])
             graph = torch.cuda.CUDAGraph()
             with ctx.forward_batch(batch):
                 stream.wait_stream(torch.cuda.current_stream(device))
                 with torch.cuda.stream(stream):
-                    model(*args)  # warm-up outside capture (lazy inits, cuBLAS workspace)
+                    out = model(*args)  # warm-up outside capture (lazy inits, cuBLAS workspace)
+                    if not self.logits.numel():
+                        self.logits = out.new_empty(self.max_bs, out.shape[1])
                 torch.cuda.current_stream(device).wait_stream(stream)
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    self.logits[bs] = model(*args)
-            self.graphs[bs] = graph
+                    model(*args, self.logits[:bs])
+            self.graphs[bs, split] = graph
         torch.cuda.synchronize(device)
         used = free0 - torch.cuda.mem_get_info(device)[0]
-        logger.info("captured %d decode CUDA graphs (batch 1..%d) in %.1f s, %.0f MiB",
-                    len(self.sizes), self.max_bs, time.perf_counter() - t0, used / 2**20)
+        logger.info("captured %d decode CUDA graphs (batch 1..%d, %d of them without split-KV) "
+                    "in %.1f s, %.0f MiB", len(self.graphs), self.max_bs,
+                    len(self.graphs) - len(self.sizes), time.perf_counter() - t0, used / 2**20)
 
     def _static_batch(self, bs: int) -> Batch:
         return Batch(reqs=[], input_ids=self.input_ids[:bs], positions=self.positions[:bs],
@@ -92,6 +105,7 @@ class GraphRunner:
         if padded > bs:  # rows a larger batch left behind: back to the dummy slot
             self.out_loc[bs:padded].fill_(self.dummy_slot)
             self.positions[bs:padded].zero_()
-        self.backend.plan_padded(batch, padded)
-        self.graphs[padded].replay()
-        return self.logits[padded][:bs]
+        split = self.backend.split_kv_for(batch, padded)
+        self.backend.plan_padded(batch, padded, split)
+        self.graphs[padded, split].replay()
+        return self.logits[:bs]

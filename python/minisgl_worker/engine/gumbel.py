@@ -1,9 +1,9 @@
 """Sampling in one pass over the logits (CUDA, Triton): the Gumbel-max trick.
 
 argmax_i (l_i / T + G_i) with G_i i.i.d. Gumbel(0, 1) picks token i with probability
-softmax(l / T)_i, so a row needs neither a softmax nor a noise tensor: one Triton program
-per row streams its logits once, draws its noise from Philox (`tl.rand`) keyed by the row's
-seed and the token index, and keeps a running argmax. Rows with temperature 0 take the plain
+softmax(l / T)_i, so a row needs neither a softmax nor a noise tensor: Triton programs
+stream the row's logits once, draw its noise from Philox (`tl.rand4x`) keyed by the row's
+seed and the token index, and keep a running argmax. Rows with temperature 0 take the plain
 argmax. The torch path (Sampler._draw: softmax, an Exp(1) noise tensor, a division, an
 argmax, ~10 passes over a (B, V) float32 tensor) cost ~0.5 ms of a decode step at batch 128
 and vocabulary 152k on an H200.
@@ -47,7 +47,11 @@ def _gumbel_argmax_kernel(
         mask = cols < vocab
         logit = tl.load(logits_ptr + row * stride + cols, mask=mask, other=float("-inf"))
         logit = logit.to(tl.float32)
-        u = tl.rand(seed, cols)
+        # One Philox call yields four uniforms: column start + 4j + i takes one of call j's
+        # four (a fixed order), so the noise is a function of (seed, column) alone, at a
+        # quarter of the cost of `tl.rand` per column (the RNG was most of the kernel's time).
+        r0, r1, r2, r3 = tl.rand4x(seed, start // 4 + tl.arange(0, BLOCK // 4))
+        u = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BLOCK,))
         # Exp(1) = -log(1 - u); its series where 1 - u would round away u's low bits.
         expo = tl.where(u < 1e-2, u + u * u * (0.5 + u / 3), -tl.log(1 - u))
         score = tl.where(temp > 0, tl.math.div_rn(logit, safe_temp) - tl.log(expo), logit)

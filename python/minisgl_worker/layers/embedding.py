@@ -31,6 +31,9 @@ class VocabParallelEmbedding(nn.Module):
 class LMHead(VocabParallelEmbedding):
     """hidden -> logits. With tied embeddings the model points `weight` at the embedding's."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """-> (B, V) logits, written into `out` when given (the CUDA graphs' shared buffer)."""
         assert get_tp_info().size == 1, "tensor parallelism is not wired yet"
-        return F.linear(hidden, self.weight)  # (B, V)
+        if out is None:
+            return F.linear(hidden, self.weight)
+        return torch.mm(hidden, self.weight.t(), out=out)

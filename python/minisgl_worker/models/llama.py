@@ -118,10 +118,11 @@ class LlamaForCausalLM(nn.Module):
                 module.use_fused()
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, logits_indices: torch.Tensor
+        self, input_ids: torch.Tensor, positions: torch.Tensor, logits_indices: torch.Tensor,
+        logits_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, V) in the model's dtype of the tokens at `logits_indices` only: no LM
-        head on the rest. (The sampler upcasts only when it edits them: a float32 copy of
-        (256, 128k) logits is ~0.2 GB of traffic a decode step.)"""
+        head on the rest; written into `logits_out` when given. (The sampler upcasts only
+        when it edits them: a float32 copy of (256, 128k) logits is ~0.2 GB of traffic.)"""
         hidden = self.model(input_ids, positions)
-        return self.lm_head(hidden[logits_indices])
+        return self.lm_head(hidden[logits_indices], out=logits_out)
