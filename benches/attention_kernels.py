@@ -18,7 +18,8 @@ import os
 import time
 
 import torch
-from minisgl_worker.attention.flashinfer_backend import FlashInferPagedAttention, PagedKVMeta
+from minisgl_worker.attention.flashinfer_backend import PagedKVMeta
+from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
 from triton.testing import do_bench
 
 DEV = torch.device("cuda")

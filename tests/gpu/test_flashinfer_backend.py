@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from minisgl_worker.attention.flashinfer_backend import FlashInferBackend, FlashInferPagedAttention
+from minisgl_worker.attention.flashinfer_backend import FlashInferBackend
+from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
 from minisgl_worker.attention.torch_native import TorchNativeBackend
 from minisgl_worker.core import (
     Batch,

@@ -102,7 +102,7 @@ class Engine:
         (restored AOT modules are skipped), before any first use compiles them one by one."""
         import time
 
-        from ..attention.flashinfer_backend import FlashInferPagedAttention, build_jit
+        from ..attention.flashinfer_kernels import FlashInferPagedAttention, build_jit
         from ..layers import cuda_ops
 
         cfg, t0 = self.model_config, time.perf_counter()

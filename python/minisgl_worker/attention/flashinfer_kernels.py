@@ -1,0 +1,211 @@
+"""FlashInfer's paged attention kernels (CUDA only; flashinfer is imported lazily, never on
+the CPU path), behind one class, `FlashInferPagedAttention`.
+
+`plan(...)` once per batch with host metadata in FlashInfer's CSR form (per request: its
+pages, and how many tokens its last page holds; see flashinfer_backend.PagedKVMeta), then
+`run(q, k_cache, v_cache)` per layer. A batch whose requests all extend by one token runs the
+decode kernels (tensor cores when the GQA group is >= 2, where they win); any other batch,
+mixed or chunked, runs the prefill kernels with a causal mask aligned to the end of each
+request's KV, which is what a chunk after a cached prefix needs. Decode can be captured in
+CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per padded batch size, and
+`plan_cuda_graph` is called before capture and before every replay. A graph's split-KV
+choice is fixed at capture (in graph mode FlashInfer always splits, then merges), so the
+sizes in `whole_kv_sizes` get a second wrapper that reads each request's KV in one piece: no
+merge kernel, for batches large and even enough not to need a split.
+
+All wrappers share one float workspace and one int workspace (device + pinned host). That is
+safe because one batch runs at a time on one stream; the only hazard is the pinned host
+buffer, which a plan fills and then copies to the device asynchronously, so each plan first
+waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that wait is
+for batch N-1's kernels at most, while the CPU prepares batch N+1.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+if TYPE_CHECKING:
+    from flashinfer import BatchDecodeWithPagedKVCacheWrapper
+    from flashinfer.jit import JitSpec
+
+PrefillBackend = Literal["auto", "fa2", "fa3"]
+_WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-KV scratch size
+
+
+def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device) -> str:
+    """"auto": FA3 (Hopper wgmma kernels) on SM90 for the head dims it instantiates, else FA2."""
+    if backend != "auto":
+        return backend
+    sm90 = torch.cuda.get_device_capability(device) == (9, 0)
+    return "fa3" if sm90 and head_dim in (64, 128, 256) else "fa2"
+
+
+class FlashInferPagedAttention:
+    """Paged prefill/decode attention over per-layer k/v caches shaped
+    (num_pages, page_size, num_kv_heads, head_dim) (FlashInfer's NHD layout)."""
+
+    def __init__(
+        self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+        dtype: torch.dtype, device: torch.device, *, sm_scale: float | None = None,
+        prefill_backend: PrefillBackend = "auto", decode_backend: PrefillBackend = "fa2",
+        kv_layout: str = "NHD",
+    ) -> None:
+        import flashinfer
+
+        assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
+        self.num_qo_heads, self.num_kv_heads = num_qo_heads, num_kv_heads
+        self.head_dim, self.page_size = head_dim, page_size
+        self.dtype, self.device = dtype, torch.device(device)
+        self.sm_scale = sm_scale if sm_scale is not None else head_dim**-0.5
+        self.prefill_backend = resolve_prefill_backend(prefill_backend, head_dim, self.device)
+        # Tensor-core decode (FlashInfer's prefill kernels) wins whenever query heads share
+        # a KV head: on the offline workload Qwen3-0.6B (group 2) ran 6.47 -> 6.23 s with
+        # it; Llama (group 4) was measured faster before. MHA keeps the CUDA-core kernel.
+        self.use_tensor_cores = num_qo_heads // num_kv_heads >= 2
+        assert decode_backend == "fa2" or self.use_tensor_cores, "fa3 decode needs tensor cores"
+        self.decode_backend, self.kv_layout = decode_backend, kv_layout
+        # Zeroed: FlashInfer requires a zero float workspace on first use.
+        self._float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self._float_ws, kv_layout, backend=self.prefill_backend
+        )
+        self._int_ws = self._prefill._int_workspace_buffer
+        self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
+        self._decode = self._new_decode_wrapper()
+        self._graphs: dict[tuple[int, bool], BatchDecodeWithPagedKVCacheWrapper] = {}
+        self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._active: Any = None
+        self._plan_done = torch.cuda.Event()
+        self._plan_done.record()
+
+    def _new_decode_wrapper(self, **graph_buffers: Any) -> BatchDecodeWithPagedKVCacheWrapper:
+        import flashinfer
+
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self._float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
+            use_tensor_cores=self.use_tensor_cores, backend=self.decode_backend, **graph_buffers,
+        )
+        wrapper._int_workspace_buffer = self._int_ws  # share (see the module docstring)
+        wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
+        return wrapper
+
+    def plan(
+        self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+    ) -> None:
+        """Plan one batch (see `PagedKVMeta`; the indptrs and last-page lengths on the host,
+        the page ids preferably on the device). Host-side work; not capturable."""
+        batch_size = kv_last_page_len.numel()
+        self._plan_done.synchronize()
+        if int(qo_indptr[-1]) == batch_size:  # one query per request
+            self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
+        else:
+            self._prefill.plan(
+                qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
+                self.num_kv_heads, self.head_dim, self.page_size, causal=True,
+                sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+            )
+            self._active = self._prefill
+        self._plan_done.record()
+
+    def _plan_decode(
+        self, wrapper: BatchDecodeWithPagedKVCacheWrapper, kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor, split_kv: bool = True,
+    ) -> None:
+        wrapper.plan(
+            kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads, self.num_kv_heads,
+            self.head_dim, self.page_size, sm_scale=self.sm_scale, q_data_type=self.dtype,
+            kv_data_type=self.dtype, disable_split_kv=not split_kv,
+        )
+        self._active = wrapper
+
+    def run(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """q (T, Hq, D), row order as in the plan; k_cache/v_cache one layer's pages, with the
+        batch's new tokens already stored -> (T, Hq, D). Capturable after `plan_cuda_graph`."""
+        assert self._active is not None, "plan() a batch first"
+        return self._active.run(q, (k_cache, v_cache), out=out)
+
+    def init_cuda_graphs(
+        self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = ()
+    ) -> None:
+        """One decode wrapper per padded batch size, plus a whole-KV one (no split) per size
+        in `whole_kv_sizes` (tensor-core decode only), all reading one set of fixed buffers
+        (`max_num_pages`: the most pages a padded decode batch can reference)."""
+        assert not self._graphs, "CUDA-graph wrappers already built"
+        assert set(whole_kv_sizes) <= set(batch_sizes), (whole_kv_sizes, batch_sizes)
+        assert self.use_tensor_cores or not whole_kv_sizes, "CUDA-core decode always splits"
+        max_bs = max(batch_sizes)
+        self._graph_bufs = (
+            torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
+            torch.zeros(max_num_pages, dtype=torch.int32, device=self.device),
+            torch.ones(max_bs, dtype=torch.int32, device=self.device),
+        )
+        indptr, indices, last_page_len = self._graph_bufs
+        variants = {(bs, True) for bs in batch_sizes} | {(bs, False) for bs in whole_kv_sizes}
+        for bs, split in sorted(variants):
+            self._graphs[bs, split] = self._new_decode_wrapper(
+                paged_kv_indptr_buffer=indptr[: bs + 1],
+                paged_kv_indices_buffer=indices,
+                paged_kv_last_page_len_buffer=last_page_len[:bs],
+            )
+
+    def has_whole_kv_graph(self, batch_size: int) -> bool:
+        return (batch_size, False) in self._graphs
+
+    def plan_cuda_graph(
+        self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+        split_kv: bool = True,
+    ) -> None:
+        """Plan a decode batch padded to a size given to `init_cuda_graphs` (padding
+        requests point at any valid page with length 1). Call before capturing that size and
+        before every replay of it; `run` then uses that size's wrapper (the whole-KV one when
+        not `split_kv`)."""
+        wrapper = self._graphs[kv_last_page_len.numel(), split_kv]
+        self._plan_done.synchronize()
+        self._plan_decode(wrapper, kv_indptr, kv_indices, kv_last_page_len, split_kv)
+        self._plan_done.record()
+
+    def jit_specs(self) -> list[JitSpec]:
+        """The FlashInfer JIT modules this configuration uses (for `build_jit`)."""
+        from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
+        from flashinfer.jit.attention import modules
+
+        args = (self.dtype, self.dtype, self.dtype, torch.int32, self.head_dim, self.head_dim,
+                0, False, False)  # no RoPE in the kernel, no window, no soft cap
+        # FA2 loads its equal-stride "primary" module (k and v caches share strides here).
+        fa2 = getattr(modules, "_gen_batch_prefill_primary_module", gen_batch_prefill_module)
+        prefill = {self.prefill_backend} | ({"fa2"} if self.use_tensor_cores else set())
+        specs = [(fa2 if b == "fa2" else gen_batch_prefill_module)(b, *args, False)
+                 for b in sorted(prefill)]
+        if not self.use_tensor_cores:
+            specs.append(gen_batch_decode_module(*args))
+        return specs
+
+
+def build_jit(specs: Sequence[JitSpec]) -> None:
+    """Compile every missing module in one ninja run, so their sources build in parallel
+    (on an H200 host: 8 modules in ~125 s; one family at a time, 7 of them took ~235 s),
+    then install each as a FlashInfer AOT module (flashinfer/data/aot/NAME/NAME.so). That
+    last step is needed: on first use FlashInfer re-runs ninja in the module's own folder,
+    whose build log does not know the combined run's outputs, so it would compile again."""
+    from flashinfer.jit import build_jit_specs
+    from flashinfer.jit import env as jit_env
+
+    unique = {spec.name: spec for spec in specs}
+    build_jit_specs(list(unique.values()), verbose=False)
+    for name in unique:
+        built = jit_env.FLASHINFER_JIT_DIR / name / f"{name}.so"
+        aot = jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so"
+        if built.exists() and not aot.exists():
+            try:
+                aot.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(built, aot)
+            except OSError:  # a read-only install: FlashInfer rebuilds on first use
+                return
