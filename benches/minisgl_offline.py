@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from workload import draw
 
 
 def model_dir(config: Path) -> Path:
@@ -52,12 +53,9 @@ def main() -> None:
               max_seq_len_override=4096, max_extend_tokens=16384, cuda_graph_max_bs=256,
               page_size=256, attention_backend="fi")
     startup = time.perf_counter() - t0
-    # Its bench's draw order (benches/offline.py draws the same workload for ours).
-    random.seed(0)
-    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))]
-               for _ in range(256)]
-    params = [SamplingParams(temperature=0.6, ignore_eos=True,
-                             max_tokens=random.randint(100, 1024)) for _ in range(256)]
+    prompts, output_lens = draw(256)  # the requests benches/offline.py gives ours
+    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=m)
+              for m in output_lens]
     t = time.perf_counter()
     llm.generate(["Benchmark: "], SamplingParams(temperature=0.1))  # its flashinfer warm-up
     warmup = time.perf_counter() - t

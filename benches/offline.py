@@ -15,24 +15,21 @@ import argparse
 import json
 import logging
 import os
-import random
 import time
 from pathlib import Path
 
 import torch
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
+from workload import draw
 
 ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
 
 
 def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
-    random.seed(seed)
-    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))]
-               for _ in range(n)]
-    params = [SamplingParams(temperature=0.6, ignore_eos=True,
-                             max_new_tokens=random.randint(100, 1024)) for _ in range(n)]
-    return prompts, params
+    prompts, output_lens = draw(n, seed)
+    return prompts, [SamplingParams(temperature=0.6, ignore_eos=True, max_new_tokens=m)
+                     for m in output_lens]
 
 
 def drop_prefix_cache(llm: LLM) -> None:
