@@ -134,10 +134,11 @@ class FlashInferPagedAttention:
 
     def init_cuda_graphs(
         self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = ()
-    ) -> None:
+    ) -> list[tuple[int, bool]]:
         """One decode wrapper per padded batch size, plus a whole-KV one (no split) per size
         in `whole_kv_sizes` (tensor-core decode only), all reading one set of fixed buffers
-        (`max_num_pages`: the most pages a padded decode batch can reference)."""
+        (`max_num_pages`: the most pages a padded decode batch can reference) -> their
+        (batch size, split_kv) pairs, ascending."""
         assert not self._graphs, "CUDA-graph wrappers already built"
         assert set(whole_kv_sizes) <= set(batch_sizes), (whole_kv_sizes, batch_sizes)
         assert self.use_tensor_cores or not whole_kv_sizes, "CUDA-core decode always splits"
@@ -155,6 +156,7 @@ class FlashInferPagedAttention:
                 paged_kv_indices_buffer=indices,
                 paged_kv_last_page_len_buffer=last_page_len[:bs],
             )
+        return sorted(variants)
 
     def has_whole_kv_graph(self, batch_size: int) -> bool:
         return (batch_size, False) in self._graphs

@@ -54,18 +54,18 @@ class GraphRunner:
         whole_kv = [s for s in self.sizes if s >= WHOLE_KV_MIN_BS]
         if not backend.attn.use_tensor_cores:
             whole_kv = []
-        self.variants = sorted({(bs, True) for bs in self.sizes}
-                               | {(bs, False) for bs in whole_kv}, reverse=True)
-        backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req, whole_kv)
+        variants = backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req,
+                                                 whole_kv)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
         self.logits = torch.empty(0)  # (max_bs, V), shaped by the first warm-up
-        self._capture(model, ctx, device)
+        self._capture(model, ctx, device, variants[::-1])  # largest first
 
-    def _capture(self, model: ModelFn, ctx: Context, device: torch.device) -> None:
+    def _capture(self, model: ModelFn, ctx: Context, device: torch.device,
+                 variants: list[tuple[int, bool]]) -> None:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device)
-        bar = tqdm(self.variants, desc="capturing CUDA graphs", file=sys.stderr, unit="graph")
+        bar = tqdm(variants, desc="capturing CUDA graphs", file=sys.stderr, unit="graph")
         for bs, split in bar:
             bar.set_postfix(bs=bs, split_kv=split)
             batch = self._static_batch(bs)
