@@ -66,44 +66,22 @@ ROPE_SHAPES = [
 
 
 @pytest.mark.parametrize("hq,hkv,d,theta,scaling", ROPE_SHAPES)
-@pytest.mark.parametrize("pos_dtype", [torch.int64, torch.int32])
-def test_rope_in_place_on_fused_qkv(
-    hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, pos_dtype: torch.dtype
-) -> None:
-    rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
-    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
-    tokens = 123
-    qkv = _rand(tokens, (hq + 2 * hkv) * d)
-    q = qkv[:, : hq * d].view(tokens, hq, d)
-    k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
-    v_before = qkv[:, (hq + hkv) * d :].clone()
-    pos = torch.randint(0, 32768, (tokens,), device=DEV, dtype=pos_dtype)
-    ref_q = cuda_ops.rope_ref(pos, q, rope.cos, rope.sin)
-    ref_k = cuda_ops.rope_ref(pos, k, rope.cos, rope.sin)
-    layer_q, layer_k = rope(pos.long(), q, k)  # the reference is the torch layer's math
-    assert torch.equal(layer_q, ref_q) and torch.equal(layer_k, ref_k)
-    cuda_ops.apply_rope_inplace(pos, q, k, cache)
-    assert rel_err(q, ref_q) < TOL and rel_err(k, ref_k) < TOL
-    assert torch.equal(qkv[:, (hq + hkv) * d :], v_before)  # v untouched
-
-
-
-@pytest.mark.parametrize("hq,hkv,d,theta,scaling", ROPE_SHAPES)
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("pos_dtype", [torch.int64, torch.int32])
 def test_rope_store_kv_matches_rope_then_store(
     hq: int, hkv: int, d: int, theta: float, scaling: RopeScaling, page_size: int,
-    qk_norm: bool,
+    qk_norm: bool, pos_dtype: torch.dtype,
 ) -> None:
     """The fused kernel: q rotated in place, k rotated into its slot, v copied, equal to
-    FlashInfer's RoPE followed by `store_kv`, no other slot written; with qk_norm (Qwen3)
+    the torch RoPE layer followed by `store_kv`, no other slot written; with qk_norm (Qwen3)
     each head of q and k RMS-normalized first, as FlashInfer's RMSNorm does."""
     rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
     cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
     tokens, slots = 211, 4096
     qkv = _rand(tokens, (hq + 2 * hkv) * d)
     ref_qkv = qkv.clone()
-    pos = torch.randint(0, 32768, (tokens,), device=DEV)
+    pos = torch.randint(0, 32768, (tokens,), device=DEV, dtype=pos_dtype)
     loc = torch.randperm(slots, device=DEV)[:tokens]
 
     def views(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -119,7 +97,10 @@ def test_rope_store_kv_matches_rope_then_store(
     ref_q, ref_k, ref_v = views(ref_qkv)
     if qk_norm:
         ref_q, ref_k = cuda_ops.rmsnorm(ref_q, q_w, 1e-6), cuda_ops.rmsnorm(ref_k, k_w, 1e-6)
-    cuda_ops.apply_rope_inplace(pos, ref_q, ref_k, cache)
+    layer_q, layer_k = rope(pos.long(), ref_q, ref_k)
+    ref_q = cuda_ops.rope_ref(pos, ref_q, rope.cos, rope.sin)
+    ref_k = cuda_ops.rope_ref(pos, ref_k, rope.cos, rope.sin)
+    assert torch.equal(layer_q, ref_q) and torch.equal(layer_k, ref_k)  # the layer's math
     store_kv(caches[2], caches[3], loc, ref_k, ref_v)
     assert rel_err(q, ref_q) < TOL
     for got, want in ((caches[0], caches[2]), (caches[1], caches[3])):

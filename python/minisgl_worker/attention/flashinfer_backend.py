@@ -15,8 +15,7 @@ import torch
 
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
-from ..layers.rotary import RotaryEmbedding
-from .base import BaseAttnBackend, QKNorm, rope_and_store
+from .base import BaseAttnBackend, Rope, rope_and_store
 from .flashinfer_kernels import FlashInferPagedAttention, PrefillBackend
 
 
@@ -134,10 +133,10 @@ class FlashInferBackend(BaseAttnBackend):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-        rotary: RotaryEmbedding | None = None, qk_norm: QKNorm | None = None,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
-        q = rope_and_store(self.kv_pool, layer_id, batch, q, k, v, rotary, qk_norm)
+        q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         # q may be a strided view of the fused qkv output (in-place RoPE): FlashInfer's
         # kernels take its row and head strides, so it is not copied.
         return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])

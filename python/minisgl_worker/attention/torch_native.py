@@ -13,8 +13,7 @@ import torch.nn.functional as F
 
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
-from ..layers.rotary import RotaryEmbedding
-from .base import BaseAttnBackend, QKNorm, rope_and_store
+from .base import BaseAttnBackend, Rope, rope_and_store
 
 
 @dataclass
@@ -80,11 +79,11 @@ class TorchNativeBackend(BaseAttnBackend):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-        rotary: RotaryEmbedding | None = None, qk_norm: QKNorm | None = None,
+        rope: Rope | None = None,
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
         meta: TorchNativeMetadata = batch.attn_metadata
-        q = rope_and_store(self.kv_pool, layer_id, batch, q, k, v, rotary, qk_norm)
+        q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         k_all, v_all = self.kv_pool.k_slots(layer_id), self.kv_pool.v_slots(layer_id)
         out = torch.empty_like(q)
         for e in meta.extends:

@@ -42,29 +42,17 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
 
 
 def cos_sin_cache(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """`RotaryEmbedding`'s cos/sin buffers, each (P, D/2) -> FlashInfer's (P, D) fp32 cache."""
+    """`RotaryEmbedding`'s cos/sin buffers, each (P, D/2) -> one (P, D) fp32 cache, cos | sin
+    per position (the layout of kvcache/store.py's fused RoPE kernel, and FlashInfer's)."""
     return torch.cat((cos, sin), dim=-1).float().contiguous()
 
 
-def apply_rope_inplace(
-    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cache: torch.Tensor
-) -> None:
-    """Neox-style ("rotate half", as Llama/Qwen) RoPE in place. positions (T,) int32/int64;
-    q (T, Hq, D), k (T, Hkv, D), each may be a strided view of a fused qkv output; cache from
-    `cos_sin_cache`."""
-    from flashinfer.rope import apply_rope_with_cos_sin_cache_inplace
-
-    head_dim = q.shape[-1]
-    apply_rope_with_cos_sin_cache_inplace(positions, q, k, head_dim, cache, is_neox=True)
-
-
 def jit_specs() -> list[JitSpec]:
-    """The FlashInfer JIT modules the ops above use (norm, rope, silu_and_mul)."""
+    """The FlashInfer JIT modules the ops above use (norm, silu_and_mul)."""
     from flashinfer.jit import gen_act_and_mul_module
     from flashinfer.jit.norm import gen_norm_module
-    from flashinfer.jit.rope import gen_rope_module
 
-    return [gen_norm_module(), gen_rope_module(), gen_act_and_mul_module("silu")]
+    return [gen_norm_module(), gen_act_and_mul_module("silu")]
 
 
 # ---- torch references (the math of the torch-native layers) ----

@@ -101,16 +101,14 @@ class RotaryEmbedding(nn.Module):
         self.cos_sin = None
 
     def use_fused(self) -> None:
-        """Switch to FlashInfer's in-place kernel (CUDA, bf16/fp16 q and k)."""
+        """Build the cache the fused RoPE + KV-store kernel reads (CUDA, kvcache/store.py;
+        attention backends take that path whenever it is set)."""
         self.cos_sin = cuda_ops.cos_sin_cache(self.cos, self.sin)
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (T,), q (T, Hq, D), k (T, Hkv, D) -> rotated q, k (in place if fused)."""
-        if self.cos_sin is not None:
-            cuda_ops.apply_rope_inplace(positions, q, k, self.cos_sin)
-            return q, k
+        """positions (T,), q (T, Hq, D), k (T, Hkv, D) -> rotated q, k (new tensors)."""
         cos = self.cos[positions].unsqueeze(1)  # (T, 1, D/2)
         sin = self.sin[positions].unsqueeze(1)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..attention.base import Rope
 from ..core import get_global_ctx
 from ..distributed import get_tp_info
 from ..layers import (
@@ -48,7 +49,8 @@ class LlamaAttention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             qk_norm = (self.q_norm, self.k_norm)
         # qk-norm and RoPE happen in the backend, fused with the KV store on CUDA.
-        out = get_global_ctx().attn_backend.forward(q, k, v, self.layer_id, self.rotary, qk_norm)
+        rope = Rope(self.rotary, positions, qk_norm)
+        out = get_global_ctx().attn_backend.forward(q, k, v, self.layer_id, rope)
         return self.o_proj(out.reshape(out.shape[0], -1))
 
 
