@@ -77,6 +77,31 @@ def test_prefill_matches_reference(layout: str, backend: str, page_size: int, mo
     assert rel_err(out, ref) < TOL
 
 
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("layout,backend", PREFILL_CASES)
+def test_mixed_batch_runs_decode_and_prefill_kernels(layout: str, backend: str,
+                                                     page_size: int) -> None:
+    """Decodes first, then prompt chunks (the scheduler's order; one chunk is a single
+    token): the leading one-token rows go to the decode kernel, the rest to the prefill
+    kernel, each into its slice of one output."""
+    hq, hkv, d = LAYOUTS[layout]
+    q_lens = [1] * 5 + [17, 1, 64, 300]
+    prefix = [700, 3, 1000, 16, 255] + [0, 40, 100, 33]
+    num_pages = _pages_for([p + q for p, q in zip(prefix, q_lens)], page_size)
+    k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
+    batch = random_batch(q_lens, prefix, page_size, num_pages, DEV)
+    q = _rand(sum(q_lens), hq, d)
+    attn = FlashInferPagedAttention(
+        hq, hkv, d, page_size, BF16, DEV, prefill_backend=backend  # type: ignore[arg-type]
+    )
+    attn.plan(*batch.meta)
+    assert attn._num_decode_rows == 5
+    ref = reference_attention(q, k_cache, v_cache, batch.meta, page_size)
+    assert rel_err(attn.run(q, k_cache, v_cache), ref) < TOL
+    attn.plan(*random_batch([1] * 3, [5, 6, 7], page_size, num_pages, DEV).meta)
+    assert attn._num_decode_rows == 0  # a decode batch after a mixed one: one kernel
+
+
 @pytest.mark.parametrize("page_size", [1, 16, 256])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_decode_matches_reference(layout: str, page_size: int) -> None:

@@ -4,18 +4,22 @@ the CPU path), behind one class, `FlashInferPagedAttention`.
 `plan(...)` once per batch with host metadata in FlashInfer's CSR form (per request: its
 pages, and how many tokens its last page holds; see flashinfer_backend.PagedKVMeta), then
 `run(q, k_cache, v_cache)` per layer. A batch whose requests all extend by one token runs the
-decode kernels (tensor cores when the GQA group is >= 2, where they win); any other batch,
-mixed or chunked, runs the prefill kernels with a causal mask aligned to the end of each
-request's KV, which is what a chunk after a cached prefix needs. Decode can be captured in
+decode kernels (tensor cores when the GQA group is >= 2, where they win); a batch of prompt
+chunks runs the prefill kernels with a causal mask aligned to the end of each request's KV,
+which is what a chunk after a cached prefix needs. A mixed batch (the scheduler puts its
+decodes first) runs both: the decode kernel over its leading one-token rows and the prefill
+kernel over the rest, each into its slice of one output. (FA3, the prefill kernel on SM90,
+reads a one-token query 2-5x slower than the decode kernel: benches/attention_kernels.md.) Decode can be captured in
 CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per padded batch size, and
 `plan_cuda_graph` is called before capture and before every replay. A graph's split-KV
 choice is fixed at capture (in graph mode FlashInfer always splits, then merges), so the
 sizes in `whole_kv_sizes` get a second wrapper that reads each request's KV in one piece: no
 merge kernel, for batches large and even enough not to need a split.
 
-All wrappers share one float workspace and one int workspace (device + pinned host). That is
-safe because one batch runs at a time on one stream; the only hazard is the pinned host
-buffer, which a plan fills and then copies to the device asynchronously, so each plan first
+All wrappers share one float workspace and one int workspace (device + pinned host), except
+the decode half of a mixed batch, whose plan lives beside the prefill half's and so has its
+own. That is safe because one batch runs at a time on one stream; the only hazard is the
+pinned host buffer, which a plan fills and then copies to the device asynchronously, so each plan first
 waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that wait is
 for batch N-1's kernels at most, while the CPU prepares batch N+1.
 """
@@ -76,9 +80,14 @@ class FlashInferPagedAttention:
         self._int_ws = self._prefill._int_workspace_buffer
         self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
         self._decode = self._new_decode_wrapper()
+        self._mixed_decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device),
+            kv_layout, use_tensor_cores=self.use_tensor_cores, backend=decode_backend,
+        )
         self._graphs: dict[tuple[int, bool], BatchDecodeWithPagedKVCacheWrapper] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
+        self._num_decode_rows = 0  # > 0: a mixed batch, `_mixed_decode` runs these rows
         self._plan_done = torch.cuda.Event()
         self._plan_done.record()
 
@@ -100,17 +109,32 @@ class FlashInferPagedAttention:
         """Plan one batch (see `PagedKVMeta`; the indptrs and last-page lengths on the host,
         the page ids preferably on the device). Host-side work; not capturable."""
         batch_size = kv_last_page_len.numel()
+        num_decode = _leading_single_rows(qo_indptr)
         self._plan_done.synchronize()
-        if int(qo_indptr[-1]) == batch_size:  # one query per request
+        self._num_decode_rows = 0
+        if num_decode == batch_size:
             self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
-        else:
-            self._prefill.plan(
-                qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
-                self.num_kv_heads, self.head_dim, self.page_size, causal=True,
-                sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-            )
-            self._active = self._prefill
+        elif num_decode == 0:
+            self._plan_prefill(qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+        else:  # decodes first, then prompt chunks: each half on its own kernel
+            d, first_page = num_decode, int(kv_indptr[num_decode])
+            self._plan_decode(self._mixed_decode, kv_indptr[: d + 1], kv_indices[:first_page],
+                              kv_last_page_len[:d])
+            self._plan_prefill(qo_indptr[d:] - d, kv_indptr[d:] - first_page,
+                               kv_indices[first_page:], kv_last_page_len[d:])
+            self._num_decode_rows = d
         self._plan_done.record()
+
+    def _plan_prefill(
+        self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+    ) -> None:
+        self._prefill.plan(
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
+            self.num_kv_heads, self.head_dim, self.page_size, causal=True,
+            sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+        )
+        self._active = self._prefill
 
     def _plan_decode(
         self, wrapper: BatchDecodeWithPagedKVCacheWrapper, kv_indptr: torch.Tensor,
@@ -130,7 +154,15 @@ class FlashInferPagedAttention:
         """q (T, Hq, D), row order as in the plan; k_cache/v_cache one layer's pages, with the
         batch's new tokens already stored -> (T, Hq, D). Capturable after `plan_cuda_graph`."""
         assert self._active is not None, "plan() a batch first"
-        return self._active.run(q, (k_cache, v_cache), out=out)
+        d = self._num_decode_rows
+        if not d:
+            return self._active.run(q, (k_cache, v_cache), out=out)
+        if out is None:
+            out = torch.empty((q.shape[0], self.num_qo_heads, self.head_dim), dtype=q.dtype,
+                              device=q.device)
+        self._mixed_decode.run(q[:d], (k_cache, v_cache), out=out[:d])
+        self._prefill.run(q[d:], (k_cache, v_cache), out=out[d:])
+        return out
 
     def init_cuda_graphs(
         self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = ()
@@ -171,6 +203,7 @@ class FlashInferPagedAttention:
         not `split_kv`)."""
         wrapper = self._graphs[kv_last_page_len.numel(), split_kv]
         self._plan_done.synchronize()
+        self._num_decode_rows = 0
         self._plan_decode(wrapper, kv_indptr, kv_indices, kv_last_page_len, split_kv)
         self._plan_done.record()
 
@@ -189,6 +222,13 @@ class FlashInferPagedAttention:
         if not self.use_tensor_cores:
             specs.append(gen_batch_decode_module(*args))
         return specs
+
+
+def _leading_single_rows(qo_indptr: torch.Tensor) -> int:
+    """How many requests at the front of the batch have a one-token query (qo_indptr on the
+    host)."""
+    q_lens = (qo_indptr[1:] - qo_indptr[:-1]).tolist()
+    return next((i for i, n in enumerate(q_lens) if n != 1), len(q_lens))
 
 
 def build_jit(specs: Sequence[JitSpec]) -> None:
