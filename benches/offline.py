@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
+from minisgl_worker.scheduler.scheduler import POLICIES
 from workload import draw
 
 ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
@@ -40,6 +41,25 @@ def drop_prefix_cache(llm: LLM) -> None:
     sched.allocator.free(sched.cache.prefix_cache.evict(sched.allocator.num_pages))
 
 
+def run_config(llm: LLM, name: str, label: str, prompts: list[list[int]],
+               params: list[SamplingParams], repeats: int) -> list[dict]:
+    rows = []
+    for rep in range(repeats):
+        drop_prefix_cache(llm)  # every repetition starts cold, like a fresh process
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        results = llm.generate(prompts, params)
+        seconds = time.perf_counter() - t
+        tokens = sum(len(r["token_ids"]) for r in results)
+        assert tokens == sum(sp.max_new_tokens for sp in params), "a request stopped early"
+        cached = sum(r["cached_tokens"] for r in results)
+        rows.append({"model": name, "config": label, "rep": rep + 1, "output_tokens": tokens,
+                     "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1),
+                     "cached_prompt_tokens": cached})
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
@@ -48,6 +68,9 @@ def main() -> None:
     p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
     p.add_argument("--chunk-size", type=int, default=8192)
     p.add_argument("--cache", default="radix", choices=["radix", "naive"])
+    p.add_argument("--configs", default="",
+                   help="comma-separated POLICY:MIXED_CHUNK scheduler settings to run in turn "
+                        "(e.g. fcfs:8192,lof:256); empty: the offline API's defaults")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
@@ -60,31 +83,26 @@ def main() -> None:
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     rows = []
-    for rep in range(args.repeats):
-        drop_prefix_cache(llm)  # every repetition starts cold, like a fresh process
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        results = llm.generate(prompts, params)
-        seconds = time.perf_counter() - t
-        tokens = sum(len(r["token_ids"]) for r in results)
-        assert tokens == sum(sp.max_new_tokens for sp in params), "a request stopped early"
-        cached = sum(r["cached_tokens"] for r in results)
-        rows.append({"model": name, "rep": rep + 1, "output_tokens": tokens,
-                     "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1),
-                     "cached_prompt_tokens": cached})
+    sched = llm.scheduler
+    for config in args.configs.split(",") if args.configs else [""]:
+        if config:
+            policy, mixed = config.split(":")
+            assert policy in POLICIES, policy
+            sched.policy, sched.mixed_chunk_size = policy, min(int(mixed), sched.chunk_size)
+        label = f"{sched.policy}:{sched.mixed_chunk_size}"
+        rows += run_config(llm, name, label, prompts, params, args.repeats)
     anchor = ANCHOR_TOK_S.get(name)
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
           f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "
           f"KV {llm.engine.kv_pool.num_slots:,} tokens")
-    print("| model | rep | output tokens | cached prompt tokens | seconds | tok/s | "
+    print("| model | scheduler | rep | output tokens | cached prompt tokens | seconds | tok/s | "
           "mini-sglang tok/s | ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         ratio = f"{r['tok_s'] / anchor:.2f}x" if anchor else "-"
         r["anchor_tok_s"], r["ratio"] = anchor, ratio
-        print(f"| {name} | {r['rep']} | {r['output_tokens']:,} | {r['cached_prompt_tokens']:,} | "
+        print(f"| {name} | {r['config']} | {r['rep']} | {r['output_tokens']:,} | {r['cached_prompt_tokens']:,} | "
               f"{r['seconds']:.2f} | "
               f"{r['tok_s']:,.0f} | {anchor or 0:,.0f} | {ratio} |")
     if args.json:

@@ -126,13 +126,17 @@ def main() -> None:
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
     p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
     p.add_argument("--chunk-size", type=int, default=8192)
+    p.add_argument("--policy", default="fcfs", help="the scheduler's queue order: fcfs or lof")
+    p.add_argument("--mixed-chunk-size", type=int, default=None,
+                   help="prefill tokens beside decodes (default: the chunk size)")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20)
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
-              chunk_size=args.chunk_size)
+              chunk_size=args.chunk_size, policy=args.policy,
+              mixed_chunk_size=args.mixed_chunk_size)
     prompts, params = workload(256)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)
@@ -146,7 +150,8 @@ def main() -> None:
         llm.generate(prompts, params)
         wall = time.perf_counter() - t
         print(f"\n== {Path(args.model).name}, {run} run, page {llm.engine.page_size}, "
-              f"chunk {args.chunk_size}, overlap {llm.scheduler.overlap} ==")
+              f"chunk {args.chunk_size} ({llm.scheduler.mixed_chunk_size} beside decodes), "
+              f"{args.policy}, overlap {llm.scheduler.overlap} ==")
         timer.report(wall)
     if timer.prof is not None:
         print(f"\n== steps {args.profile_first}..+{args.profile_steps}: GPU time by kernel ==")

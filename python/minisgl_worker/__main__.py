@@ -13,6 +13,7 @@ from .engine import Engine, EngineConfig
 from .kvcache import CACHE_KINDS
 from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, serve
+from .scheduler.scheduler import POLICIES
 
 logger = logging.getLogger("minisgl_worker")
 
@@ -48,6 +49,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "memory leaves after the weights, the largest prefill's activations and CUDA graphs",
     )
     p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
+    p.add_argument(
+        "--mixed-chunk-size", type=_non_negative, default=0,
+        help="prefill tokens per step beside running decodes; 0: the chunk size",
+    )
+    p.add_argument(
+        "--schedule-policy", default="fcfs", choices=list(POLICIES),
+        help="queue order: fcfs, or lof (longest max_new_tokens first: shortens a batch "
+        "submitted at once; long requests overtake short ones)",
+    )
     p.add_argument(
         "--cache", default="radix", choices=list(CACHE_KINDS),
         help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
@@ -92,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         cuda_graph_max_bs=args.cuda_graph_max_bs,
     )
     engine = Engine(config)
-    scheduler = Scheduler(engine, chunk_size=args.chunk_size, prefix_cache=args.cache)
+    scheduler = Scheduler(
+        engine, chunk_size=args.chunk_size, prefix_cache=args.cache,
+        policy=args.schedule_policy, mixed_chunk_size=args.mixed_chunk_size or None,
+    )
     cfg = engine.model_config
     ready = Ready(
         model=engine.model_name, vocab_size=cfg.vocab_size, max_context=engine.max_context,

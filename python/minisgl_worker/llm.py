@@ -20,15 +20,18 @@ __all__ = ["LLM", "SamplingParams"]
 class LLM:
     def __init__(
         self, model_path: str | Path, chunk_size: int = 8192, cache: str = "radix",
-        **engine_options: Any,
+        policy: str = "fcfs", mixed_chunk_size: int | None = None, **engine_options: Any,
     ):
-        """cache: the prefix cache, "radix" or "naive". engine_options are EngineConfig
-        fields: device, dtype, page_size, max_running, kv_tokens, load_format, ..."""
+        """cache: the prefix cache, "radix" or "naive"; policy and mixed_chunk_size: the
+        scheduler's queue order and prefill budget beside decodes (scheduler.py).
+        engine_options are EngineConfig fields: device, dtype, page_size, max_running,
+        kv_tokens, load_format, ..."""
         self.model_path = Path(model_path)
         self.engine = Engine(
             EngineConfig(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
         )
-        self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache)
+        self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache,
+                                   policy=policy, mixed_chunk_size=mixed_chunk_size)
         self._tokenizer: Any = None
         self._next_rid = 0
 

@@ -49,6 +49,15 @@ pub struct Config {
     /// Prefill tokens per scheduler step of the spawned workers (their default when absent).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_size: Option<u32>,
+    /// Prefill tokens per step beside running decodes, at most the chunk size: smaller
+    /// keeps decodes from stalling behind long prompts (their default: the chunk size).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub mixed_chunk_size: Option<u32>,
+    /// Queue order of the spawned workers: fcfs, or lof (longest max_tokens first, which
+    /// shortens a batch job submitted at once but lets long requests overtake short ones);
+    /// their default, fcfs, when absent.
+    #[arg(long, value_enum)]
+    pub schedule_policy: Option<Policy>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -118,6 +127,21 @@ impl Device {
             Self::Auto => "auto",
             Self::Cpu => "cpu",
             Self::Cuda => "cuda",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    Fcfs,
+    Lof,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fcfs => "fcfs",
+            Self::Lof => "lof",
         }
     }
 }
@@ -203,6 +227,10 @@ mod tests {
             "naive",
             "--chunk-size",
             "512",
+            "--mixed-chunk-size",
+            "128",
+            "--schedule-policy",
+            "lof",
         ])
         .unwrap();
         assert_eq!(
@@ -210,9 +238,18 @@ mod tests {
             ("cuda", "bfloat16", Some(16))
         );
         assert_eq!((c.cache, c.chunk_size), (Some(Cache::Naive), Some(512)));
+        assert_eq!(
+            (c.mixed_chunk_size, c.schedule_policy),
+            (Some(128), Some(Policy::Lof))
+        );
         let err = parse(&["--device", "tpu"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
-        for bad in [["--cache", "lru"], ["--chunk-size", "0"]] {
+        for bad in [
+            ["--cache", "lru"],
+            ["--chunk-size", "0"],
+            ["--mixed-chunk-size", "0"],
+            ["--schedule-policy", "sjf"],
+        ] {
             assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);
         }
         assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);

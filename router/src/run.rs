@@ -106,6 +106,8 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         max_running: config.max_running,
         cache: config.cache.map(|c| c.as_str()),
         chunk_size: config.chunk_size,
+        mixed_chunk_size: config.mixed_chunk_size,
+        schedule_policy: config.schedule_policy.map(|p| p.as_str()),
         count: config.local_workers(),
     };
     let mut local = Vec::new();

@@ -16,7 +16,15 @@ one. What makes that possible:
   N frees its slot and pages, once. That is safe while N+1 still runs: every later batch
   that reuses them is queued behind N+1 on the same stream, and N+1's result for it is
   dropped. Aborts free the same way.
-Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping."""
+Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
+
+Order and budget. The waiting queue is first come, first served ("fcfs", the default), or
+longest max_new_tokens first ("lof", SGLang's name), for a batch submitted at once: the
+requests admitted last then finish soonest. A step with decodes takes at most
+`mixed_chunk_size` prefill tokens (default: the chunk size), which bounds how long a prompt
+stalls the running decodes. Measured on the H200 offline workload (benches/RESULTS.md),
+lof with 512-2048 beside decodes saves ~1% on Llama-3.1-8B and costs on Qwen3-0.6B, whose
+mixed steps run eagerly and are host-bound; so neither is the default."""
 
 from __future__ import annotations
 
@@ -36,16 +44,23 @@ from .prefill import PrefillAdder
 from .table import TableManager
 
 logger = logging.getLogger(__name__)
+POLICIES = ("fcfs", "lof")
 
 
 class Scheduler:
     def __init__(
         self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix",
-        overlap: bool | None = None,
+        overlap: bool | None = None, policy: str = "fcfs", mixed_chunk_size: int | None = None,
     ):
         """overlap: None = on for CUDA unless MINISGL_DISABLE_OVERLAP=1 (on CPU the
-        forward is synchronous, so overlapping would only delay every output a step)."""
+        forward is synchronous, so overlapping would only delay every output a step).
+        policy: "fcfs" or "lof" (module docstring); mixed_chunk_size: None = chunk_size."""
         assert chunk_size >= 1
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+        self.policy = policy
+        self.mixed_chunk_size = min(mixed_chunk_size or chunk_size, chunk_size)
+        assert self.mixed_chunk_size >= 1
         if overlap is None:
             overlap = engine.device.type == "cuda" and not os.environ.get(
                 "MINISGL_DISABLE_OVERLAP", ""
@@ -71,7 +86,8 @@ class Scheduler:
         # of them the prefix cache supplied (the `load` message's hit-rate counters).
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
-        logger.info("scheduler: cache %s, chunk %d, overlap %s", prefix_cache, chunk_size,
+        logger.info("scheduler: cache %s, chunk %d (%d beside decodes), %s, overlap %s",
+                    prefix_cache, chunk_size, self.mixed_chunk_size, policy,
                     "on" if overlap else "off")
 
     # ---- requests in ----
@@ -94,8 +110,16 @@ class Scheduler:
             return Error(msg.rid, f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})")
         req = Req(msg.rid, msg.input_ids, msg.sampling)
         self.reqs[req.rid] = req
-        self.waiting.append(req)
+        self._enqueue(req)
         return None
+
+    def _enqueue(self, req: Req) -> None:
+        i = len(self.waiting)
+        if self.policy == "lof":  # after every waiting request with as long a max output
+            n = req.sampling.max_new_tokens
+            while i and self.waiting[i - 1].sampling.max_new_tokens < n:
+                i -= 1
+        self.waiting.insert(i, req)
 
     def abort(self, rid: int) -> None:
         """Forget the request and free what it holds; unknown or finished rids are a no-op."""
@@ -149,9 +173,10 @@ class Scheduler:
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
             locs.append(self.cache.extend(req, req.device_len))
-        adder = PrefillAdder(
-            max(self.chunk_size - len(decodes), 1), self.table, self.cache, len(decodes)
-        )
+        budget = self.chunk_size - len(decodes)
+        if decodes:
+            budget = min(budget, self.mixed_chunk_size)
+        adder = PrefillAdder(max(budget, 1), self.table, self.cache, len(decodes))
         for req in [*self.prefilling, *self.waiting]:
             if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
                 break  # retracted while its last token was in flight: next step

@@ -28,6 +28,8 @@ pub struct LaunchSpec {
     pub max_running: Option<u32>,
     pub cache: Option<&'static str>,
     pub chunk_size: Option<u32>,
+    pub mixed_chunk_size: Option<u32>,
+    pub schedule_policy: Option<&'static str>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -71,6 +73,12 @@ impl LaunchSpec {
         }
         if let Some(chunk_size) = self.chunk_size {
             cmd.args(["--chunk-size", &chunk_size.to_string()]);
+        }
+        if let Some(mixed) = self.mixed_chunk_size {
+            cmd.args(["--mixed-chunk-size", &mixed.to_string()]);
+        }
+        if let Some(policy) = self.schedule_policy {
+            cmd.args(["--schedule-policy", policy]);
         }
         cmd.env("MINISGL_WORKER_INDEX", index.to_string());
         if let Some(gpu) = self.gpu_for(index) {
@@ -241,6 +249,8 @@ mod tests {
             max_running: None,
             cache: Some("naive"),
             chunk_size: None,
+            mixed_chunk_size: Some(256),
+            schedule_policy: None,
             count,
         }
     }
@@ -292,7 +302,9 @@ mod tests {
                 "--page-size",
                 "16",
                 "--cache",
-                "naive"
+                "naive",
+                "--mixed-chunk-size",
+                "256"
             ]
         );
     }

@@ -18,9 +18,11 @@ GREEDY = SamplingParams(max_new_tokens=12, ignore_eos=True)
 
 @pytest.fixture
 def make_scheduler(engine_factory: Any, tiny_llama: tuple[Path, Any]) -> Iterator[Any]:
-    def make(chunk_size: int = 8192, prefix_cache: str = "radix", **options: Any) -> Scheduler:
+    def make(chunk_size: int = 8192, prefix_cache: str = "radix", policy: str = "fcfs",
+             mixed_chunk_size: int | None = None, **options: Any) -> Scheduler:
         engine = engine_factory(tiny_llama[0], **options)
-        return Scheduler(engine, chunk_size=chunk_size, prefix_cache=prefix_cache)
+        return Scheduler(engine, chunk_size=chunk_size, prefix_cache=prefix_cache,
+                         policy=policy, mixed_chunk_size=mixed_chunk_size)
 
     yield make
 
@@ -101,6 +103,53 @@ def test_new_requests_join_while_others_decode(make_scheduler: Any) -> None:
     assert batch is not None and batch.phase == "mixed" and batch.size == 2
     sched.process_results(batch, sched.launch(batch))
     assert [o.rid for o in first] == [0, 0]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lof"])
+def test_the_policy_orders_admission(make_scheduler: Any, policy: str) -> None:
+    sched = make_scheduler(max_running=2, policy=policy)
+    lengths = [3, 20, 7, 20, 5]
+    msgs = [Generate(i, PROMPTS[i], SamplingParams(max_new_tokens=n, ignore_eos=True))
+            for i, n in enumerate(lengths)]
+    first_token_order: list[int] = []
+    for m in msgs:
+        assert sched.add_request(m) is None
+    while sched.has_work:
+        first_token_order += [o.rid for o in sched.step() if o.rid not in first_token_order]
+    # Two slots: the order in which requests get their first token is the admission order.
+    want = [1, 3, 2, 4, 0] if policy == "lof" else [0, 1, 2, 3, 4]
+    assert first_token_order == want
+    assert_all_free(sched)
+
+
+def test_an_unknown_policy_is_an_error_that_names_the_choices(make_scheduler: Any) -> None:
+    with pytest.raises(ValueError, match="policy must be one of .*fcfs.*lof.*'sjf'"):
+        make_scheduler(policy="sjf")
+
+
+def test_mixed_chunk_size_caps_prefill_beside_decodes(make_scheduler: Any) -> None:
+    ref = run(make_scheduler(), [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS[:3])])
+    sched = make_scheduler(chunk_size=64, mixed_chunk_size=4)
+    assert sched.add_request(Generate(0, PROMPTS[0], GREEDY)) is None
+    batch = sched.schedule()  # nothing decodes yet: the whole 5-token prompt
+    assert batch is not None and batch.extend_lens == [5]
+    sched.process_results(batch, sched.launch(batch))
+    for rid in (1, 2):
+        assert sched.add_request(Generate(rid, PROMPTS[rid], GREEDY)) is None
+    outs: dict[int, list[int]] = {0: [ref[0][0].token]}
+    prefill_tokens = []
+    while sched.has_work:
+        batch = sched.schedule()
+        assert batch is not None
+        decodes = [r for r in batch.reqs if r.is_decoding and r.extend_len == 1]
+        prefill_tokens.append(sum(batch.extend_lens) - len(decodes))
+        for o in sched.process_results(batch, sched.launch(batch)):
+            outs.setdefault(o.rid, []).append(o.token)
+        sched.check_invariants()
+    # The 8- and 11-token prompts go in 4 tokens a step beside the decodes.
+    assert max(prefill_tokens) == 4 and sum(prefill_tokens) == 8 + 11
+    assert outs == {r: tokens(o) for r, o in ref.items()}
+    assert_all_free(sched)
 
 
 def test_abort_in_every_state_frees_everything_once(make_scheduler: Any) -> None:

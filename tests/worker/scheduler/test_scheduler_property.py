@@ -27,13 +27,15 @@ OPS = st.lists(
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, page_size=st.sampled_from([1, 4]), chunk=st.sampled_from([5, 64]),
-       cache=st.sampled_from(["radix", "naive"]))
+       cache=st.sampled_from(["radix", "naive"]), policy=st.sampled_from(["fcfs", "lof"]),
+       mixed=st.sampled_from([None, 2]))
 def test_random_traffic_keeps_the_books(
     engine_factory: Any, tiny_llama: tuple[Path, Any], ops: list[tuple[str, int, int]],
-    page_size: int, chunk: int, cache: str,
+    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None,
 ) -> None:
     engine = engine_factory(tiny_llama[0], kv_tokens=64, page_size=page_size, max_running=3)
-    sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache)
+    sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
+                      mixed_chunk_size=mixed)
     rid = 0
     for op, a, b in ops:
         if op == "generate":
