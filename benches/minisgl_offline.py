@@ -44,14 +44,21 @@ def main() -> None:
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
+    t0 = time.perf_counter()
+    folder = model_dir(Path(args.model) / "config.json")
+    try:
+        run(folder, Path(args.model).name, t0, args.json)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
+
+def run(folder: Path, name: str, t0: float, json_path: str | None) -> None:
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
 
-    t0 = time.perf_counter()
-    llm = LLM(str(model_dir(Path(args.model) / "config.json")), use_dummy_weight=True,
-              max_seq_len_override=4096, max_extend_tokens=16384, cuda_graph_max_bs=256,
-              page_size=256, attention_backend="fi")
+    llm = LLM(str(folder), use_dummy_weight=True, max_seq_len_override=4096,
+              max_extend_tokens=16384, cuda_graph_max_bs=256, page_size=256,
+              attention_backend="fi")
     startup = time.perf_counter() - t0
     prompts, output_lens = draw(256)  # the requests benches/offline.py gives ours
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=m)
@@ -63,11 +70,10 @@ def main() -> None:
     llm.generate(prompts, params)
     seconds = time.perf_counter() - t
     tokens = sum(sp.max_tokens for sp in params)
-    name = Path(args.model).name
     print(f"mini-sglang {name}: startup {startup:.1f} s, warm-up {warmup:.1f} s; "
           f"Total: {tokens}tok, Time: {seconds:.2f}s, Throughput: {tokens / seconds:.2f}tok/s")
-    if args.json:
-        with open(args.json, "a") as f:
+    if json_path:
+        with open(json_path, "a") as f:
             f.write(json.dumps({"engine": "mini-sglang", "model": name, "output_tokens": tokens,
                                 "seconds": round(seconds, 3),
                                 "tok_s": round(tokens / seconds, 1),

@@ -85,7 +85,8 @@ fn main() {
         " the quick brown fox jumps over the lazy dog, and then",
         false,
     );
-    let address = format!("ipc:///tmp/minisgl-bench-{}.sock", std::process::id());
+    let socket_file = format!("/tmp/minisgl-bench-{}.sock", std::process::id());
+    let address = format!("ipc://{socket_file}");
     let mock_address = address.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -136,6 +137,7 @@ fn main() {
         throughput(port, prompts.clone(), args.connections, args.seconds).await;
         latency(port, prompts, args.rate, args.seconds).await;
     });
+    let _ = std::fs::remove_file(socket_file); // the mock worker bound it; zmq leaves it
 }
 
 /// Distinct 512-token prompts: text (tokenized by the router) or token ids.

@@ -62,7 +62,9 @@ fn picks_the_default_of_named_templates_and_token_maps() {
 fn no_template_is_none() {
     let dir = std::env::temp_dir().join(format!("minisgl-no-template-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    assert!(ChatTemplate::from_model_dir(&dir).unwrap().is_none());
+    let found = ChatTemplate::from_model_dir(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(found.unwrap().is_none());
 }
 
 #[test]

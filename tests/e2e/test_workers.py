@@ -4,6 +4,7 @@ import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -80,7 +81,10 @@ def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPat
     server = start_router(tmp_path_factory.mktemp("killed"))
     workers = descendants(server.proc.pid)
     assert workers, "the router should have spawned a worker process"
+    socket_file = Path(f"/tmp/minisgl-{server.proc.pid}-0.sock")  # launcher.rs's path
+    assert socket_file.exists()
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(timeout=10)
     assert not still_alive(workers, within_s=20), server.log_tail()
     assert "is gone: exiting" in server.log_path.read_text()
+    assert not socket_file.exists()  # the worker removed it on its way out

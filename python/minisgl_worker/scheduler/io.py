@@ -4,6 +4,7 @@ connects). One frame in may carry many messages; one frame out carries one step'
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import zmq
 
@@ -48,5 +49,9 @@ class ZmqIO:
             logger.debug("no router connected; dropped %d messages", len(msgs))
 
     def close(self, linger_ms: int = 1000) -> None:
+        """Close the socket and remove an ipc:// socket file: the binder owns it, ZeroMQ
+        leaves it behind, and a router killed outright cannot remove it."""
         self.sock.close(linger=linger_ms)
         self._ctx.term()
+        if self.address.startswith("ipc://"):
+            Path(self.address.removeprefix("ipc://")).unlink(missing_ok=True)

@@ -47,3 +47,12 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
         peer.close(linger=0)
         ctx.term()
         io.close(linger_ms=0)
+
+
+def test_close_removes_the_ipc_socket_file(tmp_path: Path) -> None:
+    path = tmp_path / "w.sock"
+    io = ZmqIO(f"ipc://{path}")
+    assert path.exists()
+    io.close(linger_ms=0)
+    assert not path.exists()
+    ZmqIO("tcp://127.0.0.1:0").close(linger_ms=0)  # nothing to remove
