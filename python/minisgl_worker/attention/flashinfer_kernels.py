@@ -80,10 +80,7 @@ class FlashInferPagedAttention:
         self._int_ws = self._prefill._int_workspace_buffer
         self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
         self._decode = self._new_decode_wrapper()
-        self._mixed_decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device),
-            kv_layout, use_tensor_cores=self.use_tensor_cores, backend=decode_backend,
-        )
+        self._mixed_decode = self._new_decode_wrapper(own_workspace=True)
         self._graphs: dict[tuple[int, bool], BatchDecodeWithPagedKVCacheWrapper] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
@@ -91,15 +88,23 @@ class FlashInferPagedAttention:
         self._plan_done = torch.cuda.Event()
         self._plan_done.record()
 
-    def _new_decode_wrapper(self, **graph_buffers: Any) -> BatchDecodeWithPagedKVCacheWrapper:
+    def _new_decode_wrapper(
+        self, own_workspace: bool = False, **graph_buffers: Any
+    ) -> BatchDecodeWithPagedKVCacheWrapper:
+        """A decode wrapper on the shared workspaces, or on its own (`own_workspace`: the
+        decode half of a mixed batch, planned beside the prefill half)."""
         import flashinfer
 
+        float_ws = self._float_ws
+        if own_workspace:
+            float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self._float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
+            float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
             use_tensor_cores=self.use_tensor_cores, backend=self.decode_backend, **graph_buffers,
         )
-        wrapper._int_workspace_buffer = self._int_ws  # share (see the module docstring)
-        wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
+        if not own_workspace:  # share (see the module docstring)
+            wrapper._int_workspace_buffer = self._int_ws
+            wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
         return wrapper
 
     def plan(
