@@ -6,6 +6,7 @@ from pathlib import Path
 import msgpack
 import pytest
 from minisgl_worker.protocol import (
+    VERSION,
     Abort,
     Generate,
     ProtocolError,
@@ -42,18 +43,18 @@ def test_wire_keys_follow_the_documented_order() -> None:
 
 
 def test_wrong_version_is_rejected() -> None:
-    data = msgpack.packb({"v": 2, "msgs": []})
-    with pytest.raises(ProtocolError, match="version must be 1; got 2"):
+    data = msgpack.packb({"v": 3, "msgs": []})
+    with pytest.raises(ProtocolError, match="version must be 2; got 3"):
         decode_frame(data)
 
 
 @pytest.mark.parametrize(
     "raw, match",
     [
-        ({"v": 1, "msgs": [{"type": "launch_missiles"}]}, "unknown message type"),
-        ({"v": 1, "msgs": [{"type": "abort"}]}, "missing fields"),
-        ({"v": 1, "msgs": "abort"}, "no 'msgs' list"),
-        ({"v": 1, "msgs": [[1, 2]]}, "must be a map"),
+        ({"v": VERSION, "msgs": [{"type": "launch_missiles"}]}, "unknown message type"),
+        ({"v": VERSION, "msgs": [{"type": "abort"}]}, "missing fields"),
+        ({"v": VERSION, "msgs": "abort"}, "no 'msgs' list"),
+        ({"v": VERSION, "msgs": [[1, 2]]}, "must be a map"),
     ],
 )
 def test_malformed_frames_name_the_problem(raw: dict, match: str) -> None:
@@ -73,7 +74,7 @@ def test_roundtrip_preserves_batches_in_order() -> None:
 
 def _generate_with_sampling(sampling: object) -> bytes:
     msg = {"type": "generate", "rid": 1, "input_ids": [1], "sampling": sampling}
-    return msgpack.packb({"v": 1, "msgs": [msg]})
+    return msgpack.packb({"v": VERSION, "msgs": [msg]})
 
 
 def test_sampling_must_carry_every_documented_key() -> None:
@@ -96,4 +97,4 @@ def test_non_map_sampling_and_outputs_are_protocol_errors() -> None:
         decode_frame(_generate_with_sampling([0.5]))
     step = {"type": "step", "outputs": ["token"]}
     with pytest.raises(ProtocolError, match="step output must be a map"):
-        decode_frame(msgpack.packb({"v": 1, "msgs": [step]}))
+        decode_frame(msgpack.packb({"v": VERSION, "msgs": [step]}))

@@ -1,6 +1,6 @@
-"""The router <-> worker protocol, version 1 (docs/protocol.md is the specification).
+"""The router <-> worker protocol, version 2 (docs/protocol.md is the specification).
 
-Messages are dataclasses; a frame is `{"v": 1, "msgs": [...]}` encoded with msgpack. Field
+Messages are dataclasses; a frame is `{"v": 2, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
 bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
 """
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-VERSION = 1
+VERSION = 2
 
 
 class ProtocolError(ValueError):
@@ -63,6 +63,13 @@ class Abort:
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     TYPE: ClassVar[str] = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The router's first message on every connection; the worker answers with Ready."""
+
+    TYPE: ClassVar[str] = "hello"
 
 
 # ---- worker -> router ----
@@ -116,12 +123,12 @@ class Load:
     cached_prompt_tokens: int = 0  # cumulative: of those, how many came from the prefix cache
 
 
-RouterMsg = Generate | Abort | Shutdown
+RouterMsg = Generate | Abort | Shutdown | Hello
 WorkerMsg = Ready | Step | Error | Load
 Msg = RouterMsg | WorkerMsg
 
 _BY_TYPE: dict[str, type] = {
-    cls.TYPE: cls for cls in (Generate, Abort, Shutdown, Ready, Step, Error, Load)
+    cls.TYPE: cls for cls in (Generate, Abort, Shutdown, Hello, Ready, Step, Error, Load)
 }
 
 

@@ -276,12 +276,12 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The instant worker: ready at once, then one step per loop with every running request's
-/// next token (`finish: length` at its `max_new_tokens`).
+/// The instant worker: `ready` in answer to `hello`, then one step per loop with every
+/// running request's next token (`finish: length` at its `max_new_tokens`).
 async fn mock_worker(address: String, reply: Vec<u32>) {
     let mut socket = DealerSocket::new();
     socket.bind(&address).await.unwrap();
-    let ready = WorkerMsg::Ready(Ready {
+    let ready = encode_frame(&[WorkerMsg::Ready(Ready {
         model: "mock".into(),
         vocab_size: 49152,
         max_context: 8192,
@@ -290,14 +290,7 @@ async fn mock_worker(address: String, reply: Vec<u32>) {
         page_size: 1,
         tp_size: 1,
         device: "cpu".into(),
-    });
-    while socket
-        .send(ZmqMessage::from(encode_frame(std::slice::from_ref(&ready))))
-        .await
-        .is_err()
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    })]);
     let (mut send, mut recv) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -312,14 +305,18 @@ async fn mock_worker(address: String, reply: Vec<u32>) {
     // (rid, produced, max_new_tokens)
     let mut running: Vec<(u64, u32, u32)> = Vec::new();
     loop {
+        let mut hello = false;
         if running.is_empty() {
             match rx.recv().await {
-                Some(msg) => take(msg, &mut running),
+                Some(msg) => hello |= take(msg, &mut running),
                 None => return,
             }
         }
         while let Ok(msg) = rx.try_recv() {
-            take(msg, &mut running);
+            hello |= take(msg, &mut running);
+        }
+        if hello {
+            send.send(ZmqMessage::from(ready.clone())).await.unwrap();
         }
         if running.is_empty() {
             continue;
@@ -346,12 +343,15 @@ async fn mock_worker(address: String, reply: Vec<u32>) {
     }
 }
 
-fn take(msg: RouterMsg, running: &mut Vec<(u64, u32, u32)>) {
+/// Applies one message; true for `hello`.
+fn take(msg: RouterMsg, running: &mut Vec<(u64, u32, u32)>) -> bool {
     match msg {
         RouterMsg::Generate { rid, sampling, .. } => {
             running.push((rid, 0, sampling.max_new_tokens))
         }
         RouterMsg::Abort { rid } => running.retain(|r| r.0 != rid),
         RouterMsg::Shutdown => {}
+        RouterMsg::Hello => return true,
     }
+    false
 }

@@ -128,7 +128,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         config
             .remote_workers
             .iter()
-            .map(|a| WorkerClient::connect(a)),
+            .map(|a| WorkerClient::connect_remote(a)),
     );
     let result = serve_http(
         listener,
@@ -202,7 +202,8 @@ async fn serve_http(
 }
 
 async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
-    // Remote workers keep running: they were started elsewhere and may serve other routers.
+    // Remote workers keep running: they were started elsewhere (the next router to connect
+    // to one says hello, and it drops what this one left).
     join_all(
         local
             .into_iter()

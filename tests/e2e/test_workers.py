@@ -88,3 +88,22 @@ def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPat
     assert not still_alive(workers, within_s=20), server.log_tail()
     assert "is gone: exiting" in server.log_path.read_text()
     assert not socket_file.exists()  # the worker removed it on its way out
+
+
+def test_workers_exit_when_the_router_is_killed_mid_generation(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The same with a request streaming: the worker has tokens to send and nobody to send
+    them to; it must not wait for a reader that will never come back."""
+    server = start_router(tmp_path_factory.mktemp("killed-busy"))
+    workers = descendants(server.proc.pid)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4000,
+            "ignore_eos": True, "stream": True}
+    with requests.post(f"{server.base_url}/v1/completions", json=body, stream=True,
+                       timeout=60) as resp:
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith(b"data: {"))  # generating
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(timeout=10)
+    assert not still_alive(workers, within_s=20), server.log_tail()
+    assert "is gone: exiting" in server.log_path.read_text()

@@ -18,6 +18,9 @@ class ZmqIO:
         self._ctx = zmq.Context()
         self.sock = self._ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 1000)  # let the last frame go out on shutdown
+        # No send limit: a frame is never dropped while a router is connected, and a send
+        # fails at once (zmq.Again) only when none is.
+        self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.bind(address)
         self.address = address
 
@@ -39,14 +42,18 @@ class ZmqIO:
                 logger.warning("dropping a bad frame: %s", e)
                 errors.append(Error(rid=None, message=f"bad frame: {e}"))
 
-    def send(self, msgs: list[Msg], block: bool = True) -> None:
-        """One frame. A non-blocking send (Load) is dropped when no router is connected."""
+    def send(self, msgs: list[Msg]) -> bool:
+        """One frame, never waiting -> False when no router is connected (the frame is
+        dropped: its reader is gone, and a worker blocked here could not notice that its
+        parent died either)."""
         if not msgs:
-            return
+            return True
         try:
-            self.sock.send(encode_frame(msgs), 0 if block else zmq.NOBLOCK)
+            self.sock.send(encode_frame(msgs), zmq.NOBLOCK)
+            return True
         except zmq.Again:
             logger.debug("no router connected; dropped %d messages", len(msgs))
+            return False
 
     def close(self, linger_ms: int = 1000) -> None:
         """Close the socket and remove an ipc:// socket file: the binder owns it, ZeroMQ

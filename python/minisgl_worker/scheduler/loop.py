@@ -9,7 +9,7 @@ import logging
 import os
 import time
 
-from ..protocol import Abort, Error, Generate, Msg, Ready, Shutdown, Step, TokenOutput
+from ..protocol import Abort, Error, Generate, Hello, Msg, Ready, Shutdown, Step, TokenOutput
 from .io import ZmqIO
 from .scheduler import Scheduler
 
@@ -22,9 +22,12 @@ LOAD_INTERVAL_IDLE_S = 1.0
 def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None = None) -> None:
     """Run until a Shutdown arrives, or until `parent_pid` is no longer our parent: a router
     that was killed outright cannot send Shutdown, and its workers would hold the GPU on.
-    The check runs every loop, which an idle worker still turns at least once a second."""
-    io.send([ready])
-    logger.info("ready on %s", io.address)
+    The check runs every loop, which an idle worker still turns at least once a second.
+
+    The router sends Hello first on every connection and gets Ready back. Requests still
+    held then came over an earlier connection, whose router has failed them already: they
+    are aborted, as they are when a frame finds no router connected."""
+    logger.info("listening on %s", io.address)
     last_load = time.monotonic()
     while True:
         if parent_pid is not None and os.getppid() != parent_pid:
@@ -38,17 +41,30 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
             if isinstance(msg, Shutdown):
                 logger.info("shutdown requested")
                 return
+            if isinstance(msg, Hello):
+                logger.info("a router connected")
+                _abort_all(scheduler, "they came over an earlier connection")
+                out.append(ready)
+                continue
             error = _handle(scheduler, msg)
             if error is not None:
                 out.append(error)
         outputs = _step(scheduler, out)
         if outputs:
             out.append(Step(outputs))
-        io.send(out)
+        if not io.send(out):
+            _abort_all(scheduler, "no router is connected to take their tokens")
         interval = LOAD_INTERVAL_BUSY_S if scheduler.has_work else LOAD_INTERVAL_IDLE_S
         if time.monotonic() - last_load >= interval:
             last_load = time.monotonic()
-            io.send([scheduler.load()], block=False)
+            io.send([scheduler.load()])
+
+
+def _abort_all(scheduler: Scheduler, why: str) -> None:
+    if scheduler.reqs:
+        logger.warning("aborting %d requests: %s", len(scheduler.reqs), why)
+    for rid in list(scheduler.reqs):
+        scheduler.abort(rid)
 
 
 def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:

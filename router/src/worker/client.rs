@@ -43,6 +43,11 @@ pub(super) struct Inner {
     stopping: AtomicBool,
     /// It said `ready` once (it may be dead since).
     was_ready: AtomicBool,
+    /// Connect again when the connection ends (a remote worker; a spawned one's end is
+    /// final, and its launcher says why).
+    reconnect: bool,
+    /// Its first `ready`: a worker that comes back must serve the same model.
+    first_ready: Mutex<Option<Ready>>,
 }
 
 #[derive(Default)]
@@ -60,8 +65,20 @@ pub fn next_rid() -> u64 {
 }
 
 impl WorkerClient {
-    /// Starts connecting to a worker that binds `address` (`ipc://...` or `tcp://...`).
+    /// Starts connecting to a worker that binds `address` (`ipc://...` or `tcp://...`); when
+    /// the connection ends, the worker is dead (one this router spawned).
     pub fn connect(address: &str) -> Self {
+        Self::start(address, false)
+    }
+
+    /// The same for a worker started elsewhere (`--worker tcp://...`): when the connection
+    /// ends (it restarted, the network broke) its requests fail, and the router connects
+    /// again; it serves once it has answered the new `hello` with the same model.
+    pub fn connect_remote(address: &str) -> Self {
+        Self::start(address, true)
+    }
+
+    fn start(address: &str, reconnect: bool) -> Self {
         let (outbox, outgoing) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             address: address.to_string(),
@@ -71,6 +88,8 @@ impl WorkerClient {
             load: Mutex::new(None),
             stopping: AtomicBool::new(false),
             was_ready: AtomicBool::new(false),
+            reconnect,
+            first_ready: Mutex::new(None),
         });
         tokio::spawn(super::socket::run(inner.clone(), outgoing));
         Self { inner }
@@ -187,6 +206,19 @@ impl Inner {
     }
 
     pub(super) fn set_ready(&self, ready: Ready) {
+        let first = self
+            .first_ready
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| ready.clone())
+            .clone();
+        if (&first.model, first.vocab_size) != (&ready.model, ready.vocab_size) {
+            self.fail(&format!(
+                "worker {} came back serving {} (vocabulary {}), not {} (vocabulary {})",
+                self.address, ready.model, ready.vocab_size, first.model, first.vocab_size
+            ));
+            return;
+        }
         self.state.send_if_modified(|s| {
             let connecting = matches!(s, WorkerState::Connecting);
             if connecting {
@@ -195,6 +227,24 @@ impl Inner {
             }
             connecting
         });
+    }
+
+    /// The connection ended: end its requests -> whether to connect again.
+    pub(super) fn lose_connection(&self, reason: &str) -> bool {
+        let dead = matches!(*self.state.borrow(), WorkerState::Dead(_));
+        if !self.reconnect || dead || self.stopping.load(Ordering::Relaxed) {
+            self.fail(reason);
+            return false;
+        }
+        tracing::warn!(worker = %self.address, "{reason}; connecting again");
+        // Not ready first, so that no request registers after the senders are taken.
+        self.state.send_replace(WorkerState::Connecting);
+        *self.load.lock().unwrap() = None;
+        let senders = std::mem::take(&mut self.requests.lock().unwrap().senders);
+        for tx in senders.into_values() {
+            let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
+        }
+        true
     }
 
     pub(super) fn set_load(&self, load: Load) {
@@ -261,7 +311,67 @@ fn worker_error(message: String) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::super::fake::{FakeScript, FakeWorker};
     use super::*;
+
+    fn script(stall: bool) -> FakeScript {
+        FakeScript {
+            reply: vec![5, 6, 7],
+            eos: 2,
+            max_context: 100,
+            stall,
+        }
+    }
+
+    async fn until_state(client: &WorkerClient, want: fn(&WorkerState) -> bool) {
+        let mut rx = client.inner.state.subscribe();
+        let wait = rx.wait_for(want);
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("state change within 10 s")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_remote_worker_that_comes_back_serves_again() {
+        let first = FakeWorker::start(script(true)).await;
+        let client = WorkerClient::connect_remote(&first.address);
+        client.wait_ready().await.unwrap();
+        let mut stream = client.submit(vec![1, 2], Sampling::default()).unwrap();
+        let address = first.address.clone();
+        first.stop().await; // it goes away with a request in flight
+        match stream.next().await {
+            Some(Event::Failed(ApiError::Unavailable(m))) => assert!(m.contains(&address), "{m}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        until_state(&client, |s| matches!(s, WorkerState::Connecting)).await;
+        assert!(client.submit(vec![1], Sampling::default()).is_err());
+        let second = FakeWorker::start_at(&address, script(false)).await;
+        until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
+        let sampling = Sampling {
+            max_new_tokens: 2,
+            ..Sampling::default()
+        };
+        let mut stream = client.submit(vec![1, 2], sampling).unwrap();
+        let mut tokens = Vec::new();
+        while let Some(Event::Token(out)) = stream.next().await {
+            tokens.push(out.token);
+        }
+        assert_eq!(tokens, [5, 6]);
+        assert_eq!(second.log.lock().unwrap().generated.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_spawned_worker_that_goes_away_is_dead() {
+        let worker = FakeWorker::start(script(true)).await;
+        let client = WorkerClient::connect(&worker.address);
+        client.wait_ready().await.unwrap();
+        drop(worker);
+        until_state(&client, |s| matches!(s, WorkerState::Dead(_))).await;
+        assert!(client.submit(vec![1], Sampling::default()).is_err());
+    }
 
     #[test]
     fn rids_are_unique_and_increasing() {

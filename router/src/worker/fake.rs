@@ -1,6 +1,7 @@
 //! A stand-in worker for the router's tests: a real zmq.rs DEALER bound on an ipc address,
-//! speaking protocol v1. It answers `ready`, then every tick emits one token for each running
-//! request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at the limit.
+//! speaking protocol v2. It answers `hello` with `ready` (forgetting what it ran), then every
+//! tick emits one token for each running request: the scripted reply, then EOS
+//! (`finish: stop`), or `finish: length` at the limit.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,7 @@ pub struct FakeWorker {
     pub address: String,
     pub log: Arc<Mutex<FakeLog>>,
     stalled: Arc<AtomicBool>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,19 +42,35 @@ impl FakeWorker {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = format!("/tmp/minisgl-fake-{}-{n}.sock", std::process::id());
-        let _ = std::fs::remove_file(&path);
-        let address = format!("ipc://{path}");
+        Self::start_at(&format!("ipc://{path}"), script).await
+    }
+
+    /// A worker on `address` (ipc://), e.g. one that restarts where another stopped.
+    pub async fn start_at(address: &str, script: FakeScript) -> Self {
+        let _ = std::fs::remove_file(address.trim_start_matches("ipc://"));
+        let address = address.to_string();
         let mut socket = DealerSocket::new();
         socket.bind(&address).await.expect("bind fake worker");
         let log = Arc::new(Mutex::new(FakeLog::default()));
         let stalled = Arc::new(AtomicBool::new(script.stall));
-        let task = tokio::spawn(serve(socket, script, log.clone(), stalled.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(serve(socket, script, log.clone(), stalled.clone(), stopped));
         Self {
             address,
             log,
             stalled,
+            stop: Some(stop),
             task,
         }
+    }
+
+    /// Closes its socket (zmq.rs removes the socket file then; after a plain drop it does so
+    /// later, maybe after another worker has bound the same path).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
     }
 
     /// A stalled worker starts producing tokens for the requests it holds.
@@ -83,6 +101,7 @@ async fn serve(
     script: FakeScript,
     log: Arc<Mutex<FakeLog>>,
     stalled: Arc<AtomicBool>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let ready = WorkerMsg::Ready(Ready {
         model: "fake".into(),
@@ -94,16 +113,12 @@ async fn serve(
         tp_size: 1,
         device: "cpu".into(),
     });
-    // A DEALER cannot send before a peer has connected.
-    while socket
-        .send(ZmqMessage::from(encode_frame(std::slice::from_ref(&ready))))
-        .await
-        .is_err()
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
     let mut running: BTreeMap<u64, Running> = BTreeMap::new();
     loop {
+        if stop.try_recv().is_ok() {
+            socket.close().await;
+            return;
+        }
         let incoming = tokio::time::timeout(Duration::from_millis(2), socket.recv()).await;
         let mut replies = Vec::new();
         if let Ok(Ok(message)) = incoming {
@@ -144,6 +159,10 @@ async fn serve(
                         log.lock().unwrap().aborted.push(rid);
                     }
                     RouterMsg::Shutdown => return,
+                    RouterMsg::Hello => {
+                        running.clear();
+                        replies.push(ready.clone());
+                    }
                 }
             }
         }
@@ -153,10 +172,8 @@ async fn serve(
             });
         }
         if !replies.is_empty() {
-            socket
-                .send(ZmqMessage::from(encode_frame(&replies)))
-                .await
-                .unwrap();
+            // Fails only when the router is gone; a new one starts with `hello`.
+            let _ = socket.send(ZmqMessage::from(encode_frame(&replies))).await;
         }
     }
 }

@@ -1,12 +1,12 @@
-//! The router <-> worker protocol, version 1 (docs/protocol.md is the specification).
+//! The router <-> worker protocol, version 2 (docs/protocol.md is the specification).
 //!
-//! A frame is `{"v": 1, "msgs": [...]}` in msgpack. Field order in every struct below is the
+//! A frame is `{"v": 2, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
 //! encoder (the golden vectors in tests/data/protocol/ check both sides).
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// What the router asks of a worker's sampler; every field is validated by the router.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,6 +64,8 @@ pub enum RouterMsg {
         rid: u64,
     },
     Shutdown,
+    /// First on every connection; the worker answers `Ready`.
+    Hello,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -195,6 +197,7 @@ mod tests {
             },
             RouterMsg::Abort { rid: 7 },
             RouterMsg::Shutdown,
+            RouterMsg::Hello,
         ]
     }
 
@@ -271,8 +274,8 @@ mod tests {
             v: u32,
             msgs: Vec<RouterMsg>,
         }
-        let bytes = rmp_serde::to_vec_named(&Bad { v: 2, msgs: vec![] }).unwrap();
+        let bytes = rmp_serde::to_vec_named(&Bad { v: 3, msgs: vec![] }).unwrap();
         let err = decode_frame::<RouterMsg>(&bytes).unwrap_err();
-        assert_eq!(err, "frame version must be 1; got 2");
+        assert_eq!(err, "frame version must be 2; got 3");
     }
 }

@@ -1,7 +1,9 @@
 //! The ZeroMQ side of a worker client: a DEALER that connects to the worker's bound address,
-//! a send task that batches everything queued in one tick into one frame, and a receive
-//! task that decodes frames and dispatches them. A disconnect or a broken socket fails the
-//! worker (every in-flight request ends with an error).
+//! says `hello` (the worker answers `ready`), then sends everything queued in one tick as
+//! one frame and dispatches what comes back. A disconnect or a broken socket ends the
+//! connection, and every in-flight request with an error. A spawned worker is then dead
+//! (its launcher knows why); a remote one is connected to again, and serves once it has
+//! answered the new `hello`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +22,38 @@ use super::protocol::{decode_frame, encode_frame, RouterMsg, WorkerMsg};
 /// delay a worker that binds late, so attempts are short and repeated here.
 const CONNECT_ATTEMPT: Duration = Duration::from_millis(500);
 
-pub(super) async fn run(inner: Arc<Inner>, outgoing: mpsc::UnboundedReceiver<RouterMsg>) {
-    let mut socket = connect(&inner.address).await;
+pub(super) async fn run(inner: Arc<Inner>, mut outgoing: mpsc::UnboundedReceiver<RouterMsg>) {
+    loop {
+        let socket = connect(&inner.address).await;
+        while outgoing.try_recv().is_ok() {} // aborts meant for the last connection
+        let Some(reason) = session(&inner, socket, &mut outgoing).await else {
+            return; // every handle on this worker is gone
+        };
+        if !inner.lose_connection(&reason) {
+            return;
+        }
+        tokio::time::sleep(CONNECT_ATTEMPT).await;
+    }
+}
+
+/// One connection, until it breaks (-> why) or the client is dropped (-> None).
+async fn session(
+    inner: &Arc<Inner>,
+    socket: DealerSocket,
+    outgoing: &mut mpsc::UnboundedReceiver<RouterMsg>,
+) -> Option<String> {
+    let mut socket = socket;
     let monitor = socket.monitor();
-    let (send, recv) = socket.split();
-    tokio::spawn(send_loop(send, outgoing));
-    tokio::spawn(watch_disconnect(inner.clone(), monitor));
-    recv_loop(inner, recv).await;
+    let (mut send, recv) = socket.split();
+    let hello = ZmqMessage::from(encode_frame(&[RouterMsg::Hello]));
+    if let Err(e) = send.send(hello).await {
+        return Some(format!("worker {}: cannot say hello: {e}", inner.address));
+    }
+    tokio::select! {
+        reason = recv_loop(inner, recv) => Some(reason),
+        reason = watch_disconnect(inner, monitor) => Some(reason),
+        () = send_loop(send, outgoing) => None,
+    }
 }
 
 async fn connect(address: &str) -> DealerSocket {
@@ -43,7 +70,7 @@ async fn connect(address: &str) -> DealerSocket {
     }
 }
 
-async fn send_loop(mut socket: DealerSendHalf, mut outgoing: mpsc::UnboundedReceiver<RouterMsg>) {
+async fn send_loop(mut socket: DealerSendHalf, outgoing: &mut mpsc::UnboundedReceiver<RouterMsg>) {
     while let Some(first) = outgoing.recv().await {
         // Let the handlers that are runnable in this tick queue their messages too.
         tokio::task::yield_now().await;
@@ -57,18 +84,15 @@ async fn send_loop(mut socket: DealerSendHalf, mut outgoing: mpsc::UnboundedRece
     }
 }
 
-async fn recv_loop(inner: Arc<Inner>, mut socket: DealerRecvHalf) {
+async fn recv_loop(inner: &Inner, mut socket: DealerRecvHalf) -> String {
     loop {
         let message = match socket.recv().await {
             Ok(message) => message,
-            Err(e) => {
-                inner.fail(&format!("worker {} connection broke: {e}", inner.address));
-                return;
-            }
+            Err(e) => return format!("worker {} connection broke: {e}", inner.address),
         };
         for frame in message.into_vec() {
             match decode_frame::<WorkerMsg>(&frame) {
-                Ok(msgs) => msgs.into_iter().for_each(|m| handle(&inner, m)),
+                Ok(msgs) => msgs.into_iter().for_each(|m| handle(inner, m)),
                 Err(e) => tracing::warn!(worker = %inner.address, "dropped a frame: {e}"),
             }
         }
@@ -95,13 +119,13 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
 }
 
 async fn watch_disconnect(
-    inner: Arc<Inner>,
+    inner: &Inner,
     mut monitor: futures::channel::mpsc::Receiver<SocketEvent>,
-) {
+) -> String {
     while let Some(event) = monitor.next().await {
         if let SocketEvent::Disconnected(_) = event {
-            inner.fail(&format!("worker {} disconnected", inner.address));
-            return;
+            return format!("worker {} disconnected", inner.address);
         }
     }
+    std::future::pending().await // no monitor: the receive side notices a broken socket
 }

@@ -11,6 +11,7 @@ from minisgl_worker.protocol import (
     Abort,
     Error,
     Generate,
+    Hello,
     Load,
     Ready,
     SamplingParams,
@@ -46,6 +47,7 @@ FRAMES = {
         Generate(rid=2**40, input_ids=[5], sampling=SamplingParams()),
         Abort(rid=7),
         Shutdown(),
+        Hello(),
     ],
     "worker_frame": [
         Ready(

@@ -17,6 +17,7 @@ from minisgl_worker.protocol import (
     Abort,
     Error,
     Generate,
+    Hello,
     Load,
     Msg,
     Ready,
@@ -36,6 +37,7 @@ class Client:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.connect(address)
+        self.address = address
 
     def send(self, msgs: list[Msg]) -> None:
         self.sock.send(encode_frame(msgs))
@@ -74,6 +76,7 @@ def worker(tiny_llama: tuple[Path, Any], tmp_path: Path) -> Iterator[tuple[subpr
 
 
 def _ready(client: Client) -> Ready:
+    client.send([Hello()])  # a router's first message on a connection
     msgs = client.recv_until(lambda m: isinstance(m, Ready))
     return msgs[-1]  # type: ignore[return-value]
 
@@ -123,3 +126,29 @@ def test_sigterm_exits_cleanly(worker: tuple[subprocess.Popen, Client]) -> None:
     _ready(client)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=TIMEOUT_S) == 0
+
+
+def test_a_new_connection_gets_ready_and_ends_what_the_last_one_left(
+    worker: tuple[subprocess.Popen, Client], tmp_path: Path
+) -> None:
+    """A router that goes away mid-generation (a crash, a restart) leaves requests nobody
+    reads: the worker aborts them (when its next frame finds no router, or at the next
+    Hello) and greets the next router with Ready, its pages all free."""
+    _, client = worker
+    _ready(client)
+    long = SamplingParams(max_new_tokens=150, ignore_eos=True)
+    client.send([Generate(1, [5, 6, 7], long), Generate(2, [8, 9], long)])
+    client.recv_until(lambda m: isinstance(m, Step))
+    client.close()
+    second = Client(client.address)
+    try:
+        assert _ready(second).kv_capacity == 200
+        load = second.recv_until(lambda m: isinstance(m, Load))[-1]
+        assert isinstance(load, Load) and (load.running, load.kv_used) == (0, 0)
+        sp = SamplingParams(max_new_tokens=3, ignore_eos=True)
+        second.send([Generate(1, [5, 6, 7], sp)])  # the same rid, from the new router
+        msgs = second.recv_until(_finished(1))
+        assert len([o for m in msgs if isinstance(m, Step) for o in m.outputs]) == 3
+    finally:
+        second.close()
+    assert "aborting 2 requests" in (tmp_path / "worker.log").read_text()

@@ -28,7 +28,7 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
         bad_sampling = {"type": "generate", "rid": 1, "input_ids": [1], "sampling": {"x": 1}}
         peer.send(encode_frame([Abort(1)]))
         peer.send(b"\xc1")  # not msgpack
-        peer.send(msgpack.packb({"v": 2, "msgs": []}))
+        peer.send(msgpack.packb({"v": 3, "msgs": []}))
         peer.send(msgpack.packb({"v": 1, "msgs": [bad_sampling]}))
         peer.send(encode_frame([Abort(2), Shutdown()]))
         msgs: list[RouterMsg] = []
@@ -41,11 +41,20 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
             errors += errs
         assert msgs == [Abort(1), Abort(2), Shutdown()]
         assert len(errors) == 3 and all(isinstance(e, Error) and e.rid is None for e in errors)
-        io.send([Load(0, 0, 0, 0, 10)], block=False)
+        assert io.send([Load(0, 0, 0, 0, 10)])
         assert peer.poll(5000) and decode_frame(peer.recv()) == [Load(0, 0, 0, 0, 10)]
     finally:
         peer.close(linger=0)
         ctx.term()
+        io.close(linger_ms=0)
+
+
+def test_a_send_with_no_router_connected_returns_at_once(tmp_path: Path) -> None:
+    io = ZmqIO(f"ipc://{tmp_path}/alone.sock")
+    try:
+        assert not io.send([Load(0, 0, 0, 0, 10)])  # dropped, not queued, not blocking
+        assert io.send([])
+    finally:
         io.close(linger_ms=0)
 
 

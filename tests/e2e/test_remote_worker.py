@@ -1,0 +1,67 @@
+"""A worker started elsewhere (`minisgl-router --worker tcp://...`): the router serves
+through it, and when it restarts (a crash, a deploy) the requests it held fail with 503, the
+router connects again, and serves once the new worker has said ready."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+from minisgl_worker.default_model import ensure_default_model
+
+from tests.e2e.conftest import Server, free_port, start_router
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def start_worker(port: int, log_path: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "minisgl_worker", "--model", ensure_default_model(),
+           "--listen", f"tcp://127.0.0.1:{port}", "--device", "cpu"]
+    with log_path.open("a") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_health(server: Server, status: int, within_s: float) -> dict:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        r = requests.get(f"{server.base_url}/health", timeout=5)
+        if r.status_code == status:
+            return r.json()
+        time.sleep(0.2)
+    raise AssertionError(f"/health never said {status}:\n{server.log_tail()}")
+
+
+def complete(server: Server, prompt: str) -> requests.Response:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    return requests.post(f"{server.base_url}/v1/completions", json=body, timeout=120)
+
+
+def test_a_remote_worker_that_restarts_is_served_again(tmp_path: Path) -> None:
+    port, log_path = free_port(), tmp_path / "worker.log"
+    worker = start_worker(port, log_path)
+    server = None
+    try:
+        server = start_router(tmp_path, "--worker", f"tcp://127.0.0.1:{port}")
+        first = complete(server, "The capital of France is")
+        assert first.status_code == 200, first.text
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        health = wait_health(server, 503, within_s=30)
+        assert health["workers"][0]["status"] == "connecting", health
+        refused = complete(server, "The capital of France is")
+        assert refused.status_code == 503, refused.text
+        worker = start_worker(port, log_path)  # the same address
+        wait_health(server, 200, within_s=120)
+        again = complete(server, "The capital of France is")
+        assert again.status_code == 200, again.text
+        assert again.json()["choices"][0]["text"] == first.json()["choices"][0]["text"]
+        assert "connecting again" in server.log_path.read_text()
+        assert "a router connected" in log_path.read_text()
+    finally:
+        if server is not None:
+            server.proc.send_signal(signal.SIGINT)
+            assert server.proc.wait(timeout=60) == 0, server.log_tail()
+        worker.kill()  # a remote worker outlives the router; this one is ours to stop
+        worker.wait()
