@@ -11,8 +11,10 @@
 //!
 //! The chosen worker is then recorded in the index for this prompt, and its share of the
 //! index is capped at its KV capacity (LRU, evicting down to 90%), since its own cache can
-//! hold no more.
+//! hold no more. A worker that has said `ready` again since (a remote worker that
+//! restarted) starts with an empty cache: its share of the index is dropped.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::Policy;
@@ -26,6 +28,8 @@ const BALANCE_REL: f64 = 1.5;
 #[derive(Default)]
 pub struct CacheAware {
     index: Mutex<PrefixIndex>,
+    /// Per worker, its `readies` when the index last recorded a prompt for it.
+    readies: Mutex<HashMap<usize, u64>>,
 }
 
 /// What the policy looks at for one ready worker.
@@ -34,17 +38,30 @@ pub(crate) struct Candidate {
     pub index: usize,
     pub in_flight: usize,
     pub capacity: usize,
+    /// How many times it has said `ready` (more than once: it restarted, its cache empty).
+    pub readies: u64,
 }
 
 impl CacheAware {
     pub fn new() -> Self {
         Self {
             index: Mutex::new(PrefixIndex::new()),
+            readies: Mutex::new(HashMap::new()),
         }
     }
 
     pub(crate) fn choose(&self, candidates: &[Candidate], ids: &[u32]) -> Option<usize> {
         let mut index = self.index.lock().unwrap();
+        let mut readies = self.readies.lock().unwrap();
+        for c in candidates {
+            if readies
+                .insert(c.index, c.readies)
+                .is_some_and(|r| r != c.readies)
+            {
+                index.evict(c.index, 0);
+            }
+        }
+        drop(readies);
         let chosen = Self::decide(&index, candidates, ids)?;
         index.insert(ids, chosen.index);
         if index.tokens_of(chosen.index) > chosen.capacity {
@@ -90,6 +107,7 @@ impl Policy for CacheAware {
                     index,
                     in_flight: w.in_flight(),
                     capacity,
+                    readies: w.readies(),
                 })
             })
             .collect();
@@ -111,8 +129,26 @@ mod tests {
                 index,
                 in_flight,
                 capacity: CAPACITY,
+                readies: 1,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_worker_that_said_ready_again_has_forgotten_its_prefixes() {
+        let policy = CacheAware::new();
+        let idle = workers(&[0, 0]);
+        let a = policy.choose(&idle, &[1, 2, 3, 4]).unwrap();
+        policy.choose(&idle, &[9, 8, 7, 6]).unwrap();
+        assert_eq!(policy.choose(&idle, &[1, 2, 3, 5]), Some(a));
+        let mut restarted = idle.clone();
+        restarted[a].readies = 2;
+        policy.choose(&restarted, &[5, 5, 5, 5]);
+        let index = policy.index.lock().unwrap();
+        // `a` kept only the prompt just routed to it (if any); the other's share is intact.
+        assert!(index.tokens_of(a) <= 4, "{}", index.tokens_of(a));
+        assert_eq!(index.match_prefix(&[1, 2, 3, 5]).get(&a), None);
+        assert_eq!(index.tokens_of(1 - a), 4);
     }
 
     #[test]
@@ -153,6 +189,7 @@ mod tests {
             index: 0,
             in_flight: 0,
             capacity: 100,
+            readies: 1,
         }];
         for i in 0..50u32 {
             policy.choose(&small, &[i, i + 1, i + 2, i + 3]);

@@ -43,6 +43,8 @@ pub(super) struct Inner {
     stopping: AtomicBool,
     /// It said `ready` once (it may be dead since).
     was_ready: AtomicBool,
+    /// How many times it has said `ready` (once per connection that got one).
+    readies: AtomicU64,
     /// Connect again when the connection ends (a remote worker; a spawned one's end is
     /// final, and its launcher says why).
     reconnect: bool,
@@ -88,6 +90,7 @@ impl WorkerClient {
             load: Mutex::new(None),
             stopping: AtomicBool::new(false),
             was_ready: AtomicBool::new(false),
+            readies: AtomicU64::new(0),
             reconnect,
             first_ready: Mutex::new(None),
         });
@@ -194,6 +197,11 @@ impl WorkerClient {
         self.inner.stopping.load(Ordering::Relaxed)
     }
 
+    /// How many times it has said `ready`: more than once, it came back with an empty cache.
+    pub fn readies(&self) -> u64 {
+        self.inner.readies.load(Ordering::Relaxed)
+    }
+
     pub fn in_flight(&self) -> usize {
         self.inner.requests.lock().unwrap().senders.len()
     }
@@ -223,6 +231,7 @@ impl Inner {
             let connecting = matches!(s, WorkerState::Connecting);
             if connecting {
                 self.was_ready.store(true, Ordering::Relaxed);
+                self.readies.fetch_add(1, Ordering::Relaxed);
                 *s = WorkerState::Ready(ready);
             }
             connecting
@@ -360,6 +369,7 @@ mod tests {
             tokens.push(out.token);
         }
         assert_eq!(tokens, [5, 6]);
+        assert_eq!(client.readies(), 2);
         assert_eq!(second.log.lock().unwrap().generated.len(), 1);
     }
 
