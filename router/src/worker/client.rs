@@ -249,10 +249,7 @@ impl Inner {
         // Not ready first, so that no request registers after the senders are taken.
         self.state.send_replace(WorkerState::Connecting);
         *self.load.lock().unwrap() = None;
-        let senders = std::mem::take(&mut self.requests.lock().unwrap().senders);
-        for tx in senders.into_values() {
-            let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
-        }
+        fail_all(self.take_requests(false), reason);
         true
     }
 
@@ -261,11 +258,7 @@ impl Inner {
     }
 
     pub(super) fn fail(&self, reason: &str) {
-        let senders = {
-            let mut requests = self.requests.lock().unwrap();
-            requests.closed = true;
-            std::mem::take(&mut requests.senders)
-        };
+        let senders = self.take_requests(true);
         let already_dead = matches!(*self.state.borrow(), WorkerState::Dead(_));
         if !already_dead {
             if self.stopping.load(Ordering::Relaxed) {
@@ -276,9 +269,14 @@ impl Inner {
             self.state
                 .send_replace(WorkerState::Dead(reason.to_string()));
         }
-        for tx in senders.into_values() {
-            let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
-        }
+        fail_all(senders, reason);
+    }
+
+    /// Every in-flight request's sender, taken out; `close`: no new request may register.
+    fn take_requests(&self, close: bool) -> HashMap<u64, mpsc::UnboundedSender<Event>> {
+        let mut requests = self.requests.lock().unwrap();
+        requests.closed |= close;
+        std::mem::take(&mut requests.senders)
     }
 
     /// Hands a step's outputs to their requests; a request's last output removes it.
@@ -302,6 +300,13 @@ impl Inner {
         if let Some(tx) = tx {
             let _ = tx.send(Event::Failed(worker_error(message)));
         }
+    }
+}
+
+/// Ends each request with 503 and `reason`.
+fn fail_all(senders: HashMap<u64, mpsc::UnboundedSender<Event>>, reason: &str) {
+    for tx in senders.into_values() {
+        let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
     }
 }
 

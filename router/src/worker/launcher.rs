@@ -62,23 +62,23 @@ impl LaunchSpec {
             "--parent-pid",
             &std::process::id().to_string(),
         ]);
-        if let Some(page_size) = self.page_size {
-            cmd.args(["--page-size", &page_size.to_string()]);
-        }
-        if let Some(max_running) = self.max_running {
-            cmd.args(["--max-running", &max_running.to_string()]);
-        }
-        if let Some(cache) = self.cache {
-            cmd.args(["--cache", cache]);
-        }
-        if let Some(chunk_size) = self.chunk_size {
-            cmd.args(["--chunk-size", &chunk_size.to_string()]);
-        }
-        if let Some(mixed) = self.mixed_chunk_size {
-            cmd.args(["--mixed-chunk-size", &mixed.to_string()]);
-        }
-        if let Some(policy) = self.schedule_policy {
-            cmd.args(["--schedule-policy", policy]);
+        // The flags the user set; the worker's own defaults for the rest.
+        let number = |v: Option<u32>| v.map(|v| v.to_string());
+        let optional = [
+            ("--page-size", number(self.page_size)),
+            ("--max-running", number(self.max_running)),
+            ("--cache", self.cache.map(str::to_string)),
+            ("--chunk-size", number(self.chunk_size)),
+            ("--mixed-chunk-size", number(self.mixed_chunk_size)),
+            (
+                "--schedule-policy",
+                self.schedule_policy.map(str::to_string),
+            ),
+        ];
+        for (flag, value) in optional {
+            if let Some(value) = value {
+                cmd.args([flag, &value]);
+            }
         }
         cmd.env("MINISGL_WORKER_INDEX", index.to_string());
         if let Some(gpu) = self.gpu_for(index) {

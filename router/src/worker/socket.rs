@@ -38,11 +38,10 @@ pub(super) async fn run(inner: Arc<Inner>, mut outgoing: mpsc::UnboundedReceiver
 
 /// One connection, until it breaks (-> why) or the client is dropped (-> None).
 async fn session(
-    inner: &Arc<Inner>,
-    socket: DealerSocket,
+    inner: &Inner,
+    mut socket: DealerSocket,
     outgoing: &mut mpsc::UnboundedReceiver<RouterMsg>,
 ) -> Option<String> {
-    let mut socket = socket;
     let monitor = socket.monitor();
     let (mut send, recv) = socket.split();
     let hello = ZmqMessage::from(encode_frame(&[RouterMsg::Hello]));
