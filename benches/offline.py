@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
-from minisgl_worker.scheduler.scheduler import POLICIES
 from workload import draw
 
 ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
@@ -87,8 +86,7 @@ def main() -> None:
     for config in args.configs.split(",") if args.configs else [""]:
         if config:
             policy, mixed = config.split(":")
-            assert policy in POLICIES, policy
-            sched.policy, sched.mixed_chunk_size = policy, min(int(mixed), sched.chunk_size)
+            sched.set_order(policy, int(mixed))
         label = f"{sched.policy}:{sched.mixed_chunk_size}"
         rows += run_config(llm, name, label, prompts, params, args.repeats)
     anchor = ANCHOR_TOK_S.get(name)
@@ -102,9 +100,9 @@ def main() -> None:
     for r in rows:
         ratio = f"{r['tok_s'] / anchor:.2f}x" if anchor else "-"
         r["anchor_tok_s"], r["ratio"] = anchor, ratio
-        print(f"| {name} | {r['config']} | {r['rep']} | {r['output_tokens']:,} | {r['cached_prompt_tokens']:,} | "
-              f"{r['seconds']:.2f} | "
-              f"{r['tok_s']:,.0f} | {anchor or 0:,.0f} | {ratio} |")
+        print(f"| {name} | {r['config']} | {r['rep']} | {r['output_tokens']:,} | "
+              f"{r['cached_prompt_tokens']:,} | {r['seconds']:.2f} | {r['tok_s']:,.0f} | "
+              f"{anchor or 0:,.0f} | {ratio} |")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:

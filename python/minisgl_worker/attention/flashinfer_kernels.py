@@ -9,19 +9,19 @@ chunks runs the prefill kernels with a causal mask aligned to the end of each re
 which is what a chunk after a cached prefix needs. A mixed batch (the scheduler puts its
 decodes first) runs both: the decode kernel over its leading one-token rows and the prefill
 kernel over the rest, each into its slice of one output. (FA3, the prefill kernel on SM90,
-reads a one-token query 2-5x slower than the decode kernel: benches/attention_kernels.md.) Decode can be captured in
-CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per padded batch size, and
-`plan_cuda_graph` is called before capture and before every replay. A graph's split-KV
-choice is fixed at capture (in graph mode FlashInfer always splits, then merges), so the
-sizes in `whole_kv_sizes` get a second wrapper that reads each request's KV in one piece: no
-merge kernel, for batches large and even enough not to need a split.
+reads a one-token query 2-5x slower than the decode kernel: benches/attention_kernels.md.)
+Decode can be captured in CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per
+padded batch size, and `plan_cuda_graph` is called before capture and before every replay.
+A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always splits, then
+merges), so the sizes in `whole_kv_sizes` get a second wrapper that reads each request's KV
+in one piece: no merge kernel, for batches large and even enough not to need a split.
 
 All wrappers share one float workspace and one int workspace (device + pinned host), except
 the decode half of a mixed batch, whose plan lives beside the prefill half's and so has its
 own. That is safe because one batch runs at a time on one stream; the only hazard is the
-pinned host buffer, which a plan fills and then copies to the device asynchronously, so each plan first
-waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that wait is
-for batch N-1's kernels at most, while the CPU prepares batch N+1.
+pinned host buffer, which a plan fills and then copies to the device asynchronously, so each
+plan first waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that
+wait is for batch N-1's kernels at most, while the CPU prepares batch N+1.
 """
 
 from __future__ import annotations

@@ -60,11 +60,14 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
             io.send([scheduler.load()])
 
 
-def _abort_all(scheduler: Scheduler, why: str) -> None:
-    if scheduler.reqs:
-        logger.warning("aborting %d requests: %s", len(scheduler.reqs), why)
-    for rid in list(scheduler.reqs):
+def _abort_all(scheduler: Scheduler, why: str) -> list[int]:
+    """Abort every request the scheduler holds -> their rids."""
+    rids = list(scheduler.reqs)
+    if rids:
+        logger.warning("aborting %d requests: %s", len(rids), why)
+    for rid in rids:
         scheduler.abort(rid)
+    return rids
 
 
 def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
@@ -87,8 +90,7 @@ def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
         return outputs
     except Exception as e:  # a crash in one step fails the requests it held, not the worker
         logger.exception("step failed")
-        for rid in list(scheduler.reqs):
-            scheduler.abort(rid)
+        for rid in _abort_all(scheduler, "the step failed"):
             out.append(Error(rid=rid, message=f"worker step failed: {e!r}"))
         return []
 

@@ -56,11 +56,8 @@ class Scheduler:
         forward is synchronous, so overlapping would only delay every output a step).
         policy: "fcfs" or "lof" (module docstring); mixed_chunk_size: None = chunk_size."""
         assert chunk_size >= 1
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-        self.policy = policy
-        self.mixed_chunk_size = min(mixed_chunk_size or chunk_size, chunk_size)
-        assert self.mixed_chunk_size >= 1
+        self.chunk_size = chunk_size
+        self.set_order(policy, mixed_chunk_size)
         if overlap is None:
             overlap = engine.device.type == "cuda" and not os.environ.get(
                 "MINISGL_DISABLE_OVERLAP", ""
@@ -68,7 +65,6 @@ class Scheduler:
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
         self.engine = engine
-        self.chunk_size = chunk_size
         self.page_size = engine.page_size
         self.max_context = engine.max_context
         self.eos_ids = set(engine.model_config.eos_token_ids)
@@ -89,6 +85,15 @@ class Scheduler:
         logger.info("scheduler: cache %s, chunk %d (%d beside decodes), %s, overlap %s",
                     prefix_cache, chunk_size, self.mixed_chunk_size, policy,
                     "on" if overlap else "off")
+
+    def set_order(self, policy: str, mixed_chunk_size: int | None = None) -> None:
+        """The queue order ("fcfs" or "lof") and the prefill budget beside decodes (None:
+        the chunk size); for requests enqueued from now on."""
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+        self.policy = policy
+        self.mixed_chunk_size = min(mixed_chunk_size or self.chunk_size, self.chunk_size)
+        assert self.mixed_chunk_size >= 1
 
     # ---- requests in ----
 
