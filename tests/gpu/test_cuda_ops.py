@@ -112,6 +112,32 @@ def test_rope_store_kv_matches_rope_then_store(
     assert not caches[1].view(slots, -1)[untouched].any()
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_store_kv_into_a_separate_q_buffer(qk_norm: bool) -> None:
+    """q_out (the piecewise graphs' static q): it gets what the in-place call leaves in q,
+    q itself is not written, and the caches are the same."""
+    hq, hkv, d, tokens = 16, 8, 128, 77
+    rope = RotaryEmbedding(d, 4096, 1e6, RopeScaling()).to(DEV)
+    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
+    qkv = _rand(tokens, (hq + 2 * hkv) * d)
+    pos = torch.randint(0, 4096, (tokens,), device=DEV)
+    loc = torch.randperm(1024, device=DEV)[:tokens]
+    norm = (_rand(d) + 1, _rand(d) + 1, 1e-6) if qk_norm else None
+    runs = []
+    for separate in (False, True):
+        t = qkv.clone()
+        q, k, v = t.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q, k, v = q.view(tokens, hq, d), k.view(tokens, hkv, d), v.view(tokens, hkv, d)
+        out = torch.full((tokens + 5, hq, d), float("nan"), device=DEV, dtype=BF16)[:tokens]
+        caches = [torch.zeros(64, 16, hkv, d, device=DEV, dtype=BF16) for _ in range(2)]
+        rope_store_kv(*caches, loc, pos, cache, q, k, v, norm, q_out=out if separate else None)
+        runs.append((out if separate else q, caches, t))
+    (q_in_place, caches_a, _), (q_out, caches_b, untouched) = runs
+    assert torch.equal(q_out, q_in_place)
+    assert torch.equal(untouched, qkv)  # the separate call left the qkv rows as they were
+    assert all(torch.equal(a, b) for a, b in zip(caches_a, caches_b))
+
+
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("heads", [8, 3])
 def test_store_kv_from_a_fused_qkv_view(page_size: int, heads: int) -> None:

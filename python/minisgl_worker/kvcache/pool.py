@@ -44,12 +44,14 @@ class MHAKVPool:
 
     def rope_store(self, layer: int, loc: torch.Tensor, positions: torch.Tensor,
                    cos_sin: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
-        """CUDA only: (per-head RMSNorm and) RoPE on q in place and on k, fused with
-        `store` (store.py)."""
+                   qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+                   q_out: torch.Tensor | None = None) -> None:
+        """CUDA only: (per-head RMSNorm and) RoPE on q (into q_out, default in place) and
+        on k, fused with `store` (store.py)."""
         from .store import rope_store_kv
 
-        rope_store_kv(self.k[layer], self.v[layer], loc, positions, cos_sin, q, k, v, qk_norm)
+        rope_store_kv(self.k[layer], self.v[layer], loc, positions, cos_sin, q, k, v, qk_norm,
+                      q_out)
 
     @staticmethod
     def bytes_per_token(

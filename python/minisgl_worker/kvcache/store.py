@@ -53,7 +53,8 @@ def _norm_rope(x_lo, w_ptr, cos, sin, eps, mask, D: tl.constexpr, NORM: tl.const
 
 
 @triton.jit
-def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_stride, k_stride, v_stride, pos_ptr, cos_sin_ptr,
+def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_out_ptr, q_stride, k_stride, v_stride,
+                       q_out_stride, pos_ptr, cos_sin_ptr,
                        k_cache_ptr, v_cache_ptr, loc_ptr, q_norm_ptr, k_norm_ptr, eps,
                        HQ: tl.constexpr, HKV: tl.constexpr, HQ_P2: tl.constexpr,
                        HKV_P2: tl.constexpr, D: tl.constexpr, NORM: tl.constexpr):
@@ -63,12 +64,14 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_stride, k_stride, v_stride, pos_pt
     half = tl.arange(0, D // 2)
     cos = tl.load(cos_sin_ptr + pos * D + half)[None, :]
     sin = tl.load(cos_sin_ptr + pos * D + D // 2 + half)[None, :]
-    # q: rotated in place (neox layout: the halves of a head pair up)
+    # q: rotated into q_out (q itself, or a separate buffer; neox layout: the halves of a
+    # head pair up)
     hq = tl.arange(0, HQ_P2)[:, None]
     q_lo = q_ptr + t * q_stride + hq * D + half[None, :]
     q1, q2 = _norm_rope(q_lo, q_norm_ptr, cos, sin, eps, hq < HQ, D, NORM)
-    tl.store(q_lo, q1.to(q_ptr.dtype.element_ty), mask=hq < HQ)
-    tl.store(q_lo + D // 2, q2.to(q_ptr.dtype.element_ty), mask=hq < HQ)
+    dst_q = q_out_ptr + t * q_out_stride + hq * D + half[None, :]
+    tl.store(dst_q, q1.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
+    tl.store(dst_q + D // 2, q2.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
     # k: rotated into the cache slot; v: copied
     hk = tl.arange(0, HKV_P2)[:, None]
     k_lo = k_ptr + t * k_stride + hk * D + half[None, :]
@@ -84,21 +87,25 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_stride, k_stride, v_stride, pos_pt
 def rope_store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor,
                   positions: torch.Tensor, cos_sin: torch.Tensor, q: torch.Tensor,
                   k: torch.Tensor, v: torch.Tensor,
-                  qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> None:
-    """RoPE (neox layout, `cos_sin` (P, D) fp32: cos | sin) on q in place and on k on its
-    way into the cache, v copied: one launch per layer instead of RoPE's and `store_kv`'s.
-    qk_norm (q weight (D,), k weight (D,), eps): RMS-normalize each head of q and k first
-    (Qwen3), saving two more launches. q (T, Hq, D), k, v (T, Hkv, D), each token's heads
-    contiguous (views of a fused qkv output are fine). CUDA-graph safe."""
+                  qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+                  q_out: torch.Tensor | None = None) -> None:
+    """RoPE (neox layout, `cos_sin` (P, D) fp32: cos | sin) on q, into `q_out` (default: q
+    in place), and on k on its way into the cache, v copied: one launch per layer instead of
+    RoPE's and `store_kv`'s. qk_norm (q weight (D,), k weight (D,), eps): RMS-normalize each
+    head of q and k first (Qwen3), saving two more launches. q, q_out (T, Hq, D), k, v
+    (T, Hkv, D), each token's heads contiguous (views of a fused qkv output are fine).
+    CUDA-graph safe."""
     tokens, hq, dim = q.shape
     hkv = k.shape[1]
+    q_out = q if q_out is None else q_out
     assert k.shape == v.shape == (tokens, hkv, dim) and k_cache.shape[2:] == (hkv, dim)
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and cos_sin.shape[1] == dim
+    assert q_out.shape == q.shape and q_out.stride()[1:] == (dim, 1)
     assert q.stride()[1:] == k.stride()[1:] == v.stride()[1:] == (dim, 1)
     assert dim & (dim - 1) == 0, f"head_dim {dim} must be a power of two"
     q_w, k_w, eps = qk_norm if qk_norm is not None else (cos_sin, cos_sin, 0.0)  # unread
     if tokens:
         _rope_store_kernel[(tokens,)](
-            q, k, v, q.stride(0), k.stride(0), v.stride(0), positions, cos_sin, k_cache,
-            v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv, HQ_P2=triton.next_power_of_2(hq),
+            q, k, v, q_out, q.stride(0), k.stride(0), v.stride(0), q_out.stride(0), positions,
+            cos_sin, k_cache, v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv, HQ_P2=triton.next_power_of_2(hq),
             HKV_P2=triton.next_power_of_2(hkv), D=dim, NORM=qk_norm is not None, num_warps=4)
