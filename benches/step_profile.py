@@ -7,9 +7,10 @@ host seconds in `schedule`, `launch` (the engine's forward_batch: plan, copies, 
 launches or graph replay) and `process_results` (of which: waiting for the batch's tokens),
 and CUDA events around each batch's forward on the stream, which give its GPU span and the
 GPU's idle time before it (a gap means the host, not the GPU, was the bottleneck). Steps
-are split by kind: decode batches that replay a CUDA graph, and batches with prefill
-tokens (run eagerly). Then `--profile-steps` steps from the middle of a second run under
-torch.profiler: GPU time per kernel, to see what a step is made of."""
+are split by kind: decode batches that replay a CUDA graph, batches with prefill tokens
+that replay piecewise graphs, and those run eagerly. Then `--profile-steps` steps from the
+middle of a second run under torch.profiler: GPU time per kernel, to see what a step is
+made of."""
 
 from __future__ import annotations
 
@@ -57,11 +58,16 @@ class StepTimer:
 
         def timed_forward(batch):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            graph = engine.graphs is not None and engine.graphs.can_run(batch)
+            if engine.graphs is not None and engine.graphs.can_run(batch):
+                kind = "decode (graph)"
+            elif engine.pieces is not None and engine.pieces.can_run(batch):
+                kind = "with prefill (piecewise graphs)"
+            else:
+                kind = "with prefill (eager)"
             start.record()
             out = forward(batch)
             end.record()
-            self.rows.append({"start": start, "end": end, "graph": graph, "reqs": batch.size,
+            self.rows.append({"start": start, "end": end, "kind": kind, "reqs": batch.size,
                               "tokens": int(batch.input_ids.numel())})
             return out
 
@@ -100,7 +106,7 @@ class StepTimer:
         kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         prev_end = None
         for r in self.rows:
-            k = kinds["decode (graph)" if r["graph"] else "with prefill (eager)"]
+            k = kinds[r["kind"]]
             k["steps"] += 1
             k["reqs"] += r["reqs"]
             k["tokens"] += r["tokens"]

@@ -32,6 +32,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _graph_tokens(text: str) -> int:
+    value = int(text)
+    if value not in (-1, 0) and value < 16:
+        raise argparse.ArgumentTypeError(f"must be -1, 0 or >= 16; got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
     p.add_argument("--model", required=True, help="HF-style model folder")
@@ -68,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="largest decode batch run as a CUDA graph; -1: 256 on GPUs with >= 80 GiB, "
         "else 128; 0: none",
     )
+    p.add_argument(
+        "--cuda-graph-max-tokens", type=_graph_tokens, default=-1,
+        help="largest batch with prompt tokens (prefill, mixed) run as piecewise CUDA graphs "
+        "(FlashInfer, bf16/fp16); -1: 512; 0: none",
+    )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument(
         "--parent-pid", type=_positive, default=None,
@@ -99,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         model_path=args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
         attention_backend=args.attention_backend, chunk_size=args.chunk_size,
-        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
     )
     engine = Engine(config)
     scheduler = Scheduler(

@@ -8,7 +8,7 @@ flashinfer_kernels.py over the pool's per-layer caches.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
 from .base import BaseAttnBackend, Rope, rope_and_store
 from .flashinfer_kernels import FlashInferPagedAttention, PrefillBackend
+
+if TYPE_CHECKING:
+    from ..engine.piecewise import PiecewiseGraphs
 
 
 class PagedKVMeta(NamedTuple):
@@ -93,6 +96,7 @@ class FlashInferBackend(BaseAttnBackend):
             num_qo_heads, num_kv_heads, head_dim, kv_pool.page_size, kv_pool.k.dtype,
             kv_pool.k.device, sm_scale=scale, prefill_backend=prefill_backend,
         )
+        self.cut: PiecewiseGraphs | None = None  # set while piecewise graphs are captured
 
     def prepare_metadata(self, batch: Batch) -> None:
         meta = paged_kv_meta(
@@ -135,7 +139,11 @@ class FlashInferBackend(BaseAttnBackend):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
         rope: Rope | None = None,
     ) -> torch.Tensor:
-        batch = get_global_ctx().batch
+        batch, cut = get_global_ctx().batch, self.cut
+        if cut is not None:  # capturing piecewise graphs: attention runs between the pieces
+            rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope,
+                           cut.q_out(q.shape[0]))
+            return cut.cut(layer_id, q.shape[0])
         q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         # q may be a strided view of the fused qkv output (in-place RoPE): FlashInfer's
         # kernels take its row and head strides, so it is not copied.

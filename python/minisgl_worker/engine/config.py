@@ -23,6 +23,9 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.9
     chunk_size: int = 8192  # the scheduler's prefill token budget: sizes the profiled forward
     cuda_graph_max_bs: int = -1  # -1: 256 on GPUs with >= 80 GiB, else 128; 0: no graphs
+    # Batches with prompt tokens (prefill, mixed) of up to this many tokens replay piecewise
+    # CUDA graphs (engine/piecewise.py; FlashInfer with bf16/fp16); -1: 512; 0: none.
+    cuda_graph_max_tokens: int = -1
 
     def __post_init__(self) -> None:
         assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"
@@ -30,6 +33,8 @@ class EngineConfig:
         assert self.dtype == "auto" or self.dtype in _DTYPES, f"unknown dtype {self.dtype!r}"
         assert 0 < self.gpu_memory_fraction <= 1 and self.chunk_size >= 1
         assert self.cuda_graph_max_bs >= -1
+        assert self.cuda_graph_max_tokens in (-1, 0) or self.cuda_graph_max_tokens >= 16, (
+            f"cuda_graph_max_tokens must be -1, 0 or >= 16; got {self.cuda_graph_max_tokens}")
 
     def resolve_device(self) -> torch.device:
         if self.device == "auto":
@@ -62,3 +67,8 @@ class EngineConfig:
             total = torch.cuda.get_device_properties(device).total_memory
             bs = 256 if total >= 80 << 30 else 128
         return min(bs, max_running)
+
+    def resolve_graph_max_tokens(self, device: torch.device) -> int:
+        if device.type != "cuda":
+            return 0
+        return 512 if self.cuda_graph_max_tokens < 0 else self.cuda_graph_max_tokens

@@ -4,8 +4,10 @@ without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns th
 
 On CUDA with FlashInfer (the default there) the model runs FlashInfer's fused RMSNorm,
 RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one parallel build at
-start, and decode batches up to `cuda_graph_max_bs` replay CUDA graphs; prefill and mixed
-batches, and larger decodes, run eagerly. On CPU everything is torch-native."""
+start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
+and mixed batches up to `cuda_graph_max_tokens` tokens replay piecewise graphs with their
+attention between the pieces (piecewise.py); larger batches run eagerly. On CPU everything
+is torch-native."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from ..models import ModelConfig, create_model
 from .config import EngineConfig
 from .graph import GraphRunner
 from .memory import plan_kv_memory
+from .piecewise import PiecewiseGraphs
 from .sampler import Sampler
 
 logger = logging.getLogger(__name__)
@@ -55,13 +58,16 @@ class Engine:
         self.model = create_model(
             config.model_path, cfg, self.dtype, self.device, config.load_format
         )
-        if self.backend_name == "flashinfer" and self.dtype != torch.float32:
+        fused = self.backend_name == "flashinfer" and self.dtype != torch.float32
+        if fused:
             self.model.use_fused_ops()
             self._build_jit()
         graph_bs = config.resolve_graph_max_bs(self.device, self.max_running)
         if self.backend_name != "flashinfer":
             graph_bs = 0
-        num_pages = self._num_pages(graph_bs)
+        # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
+        graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
+        num_pages = self._num_pages(graph_bs, graph_tokens)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
             self.dtype, self.device,
@@ -82,19 +88,25 @@ class Engine:
         self.ctx = Context(self.attn_backend, self.kv_pool)
         set_global_ctx(self.ctx)
         self.graphs: GraphRunner | None = None
-        if graph_bs:
+        self.pieces: PiecewiseGraphs | None = None
+        if graph_bs or graph_tokens:
             from ..attention.flashinfer_backend import FlashInferBackend
 
             assert isinstance(self.attn_backend, FlashInferBackend)
+        if graph_bs:
             max_pages = -(-self.max_context // self.page_size)
             with torch.inference_mode():
                 self.graphs = GraphRunner(self.model, self.attn_backend, self.ctx, graph_bs,
                                           max_pages, self.device)
+        if graph_tokens:
+            self.pieces = PiecewiseGraphs(self.model, self.attn_backend, self.ctx,
+                                          graph_tokens, self.device)
         logger.info(
-            "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d), KV %d tokens "
-            "(%d pages of %d), max_context %d", self.model_name, self.device,
-            str(self.dtype).removeprefix("torch."), type(self.attn_backend).__name__,
-            graph_bs, self.kv_pool.num_slots, num_pages, self.page_size, self.max_context,
+            "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise to "
+            "%d tokens), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
+            self.device, str(self.dtype).removeprefix("torch."),
+            type(self.attn_backend).__name__, graph_bs, graph_tokens, self.kv_pool.num_slots,
+            num_pages, self.page_size, self.max_context,
         )
 
     def _build_jit(self) -> None:
@@ -112,7 +124,7 @@ class Engine:
         del attn
         logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
 
-    def _num_pages(self, graph_bs: int) -> int:
+    def _num_pages(self, graph_bs: int, graph_tokens: int) -> int:
         cfg, ps = self.model_config, self.page_size
         if self.config.kv_tokens:
             return -(-self.config.kv_tokens // ps)
@@ -122,7 +134,7 @@ class Engine:
         if self.device.type == "cuda":
             plan = plan_kv_memory(
                 self.model, cfg, self.backend_name, self.dtype, self.device, ps,
-                self.config.chunk_size, graph_bs, self.max_running,
+                self.config.chunk_size, graph_bs, graph_tokens, self.max_running,
                 self.config.gpu_memory_fraction,
             )
             budget = plan.kv_bytes
@@ -152,10 +164,13 @@ class Engine:
         if self.graphs is not None and self.graphs.can_run(batch):
             logits = self.graphs.replay(batch)  # (B, V), every request samples
         else:
-            self.attn_backend.prepare_metadata(batch)
             indices = self._to_device(batch.last_token_indices)
-            with self.ctx.forward_batch(batch):
-                logits = self.model(batch.input_ids, batch.positions, indices)  # (B, V)
+            if self.pieces is not None and self.pieces.can_run(batch):
+                logits = self.pieces.run(batch, indices)
+            else:
+                self.attn_backend.prepare_metadata(batch)
+                with self.ctx.forward_batch(batch):
+                    logits = self.model(batch.input_ids, batch.positions, indices)  # (B, V)
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens_gpu = sample.tokens
         if batch.sample_reqs:
@@ -172,5 +187,5 @@ class Engine:
         return ForwardOutput(tokens_gpu, tokens_cpu, event, sample.logprobs, sample.top_logprobs)
 
     def shutdown(self) -> None:
-        self.graphs = None
+        self.graphs = self.pieces = None
         clear_global_ctx()

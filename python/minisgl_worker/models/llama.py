@@ -126,5 +126,11 @@ class LlamaForCausalLM(nn.Module):
         """Logits (B, V) in the model's dtype of the tokens at `logits_indices` only: no LM
         head on the rest; written into `logits_out` when given. (The sampler upcasts only
         when it edits them: a float32 copy of (256, 128k) logits is ~0.2 GB of traffic.)"""
-        hidden = self.model(input_ids, positions)
-        return self.lm_head(hidden[logits_indices], out=logits_out)
+        return self.logits(self.model(input_ids, positions), logits_indices, logits_out)
+
+    def logits(
+        self, hidden: torch.Tensor, indices: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The LM head on the rows `indices` of the final hidden states (T, H) -> (B, V)
+        (the piecewise graphs run the decoder stack, `self.model`, and then this)."""
+        return self.lm_head(hidden[indices], out=out)
