@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 from minisgl_worker.attention.flashinfer_backend import FlashInferBackend
-from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
+from minisgl_worker.attention.flashinfer_kernels import (
+    ONE_LAUNCH_MAX_PROMPT_ROWS,
+    FlashInferPagedAttention,
+)
 from minisgl_worker.attention.torch_native import TorchNativeBackend
 from minisgl_worker.core import (
     Batch,
@@ -79,13 +82,16 @@ def test_prefill_matches_reference(layout: str, backend: str, page_size: int, mo
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("layout,backend", PREFILL_CASES)
+@pytest.mark.parametrize("last_chunk", [300, 1200], ids=["one-launch", "split"])
 def test_mixed_batch_runs_decode_and_prefill_kernels(layout: str, backend: str,
-                                                     page_size: int) -> None:
+                                                     page_size: int, last_chunk: int) -> None:
     """Decodes first, then prompt chunks (the scheduler's order; one chunk is a single
-    token): the leading one-token rows go to the decode kernel, the rest to the prefill
-    kernel, each into its slice of one output."""
+    token). Up to ONE_LAUNCH_MAX_PROMPT_ROWS prompt rows the whole batch is one FA2
+    prefill launch (every layout here has tensor-core decode); past it the leading
+    one-token rows go to the decode kernel, the rest to the prefill kernel, each into its
+    slice of one output."""
     hq, hkv, d = LAYOUTS[layout]
-    q_lens = [1] * 5 + [17, 1, 64, 300]
+    q_lens = [1] * 5 + [17, 1, 64, last_chunk]
     prefix = [700, 3, 1000, 16, 255] + [0, 40, 100, 33]
     num_pages = _pages_for([p + q for p, q in zip(prefix, q_lens)], page_size)
     k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
@@ -95,7 +101,12 @@ def test_mixed_batch_runs_decode_and_prefill_kernels(layout: str, backend: str,
         hq, hkv, d, page_size, BF16, DEV, prefill_backend=backend  # type: ignore[arg-type]
     )
     attn.plan(*batch.meta)
-    assert attn._num_decode_rows == 5
+    one_launch = sum(q_lens) - 5 <= ONE_LAUNCH_MAX_PROMPT_ROWS
+    assert attn._mixed_fa2 is not None and attn._mixed_fa2._backend == "fa2"
+    if one_launch:
+        assert attn._active is attn._mixed_fa2 and attn._num_decode_rows == 0
+    else:  # (with backend fa2 the prefill wrapper is the FA2 one: no identity check)
+        assert attn._num_decode_rows == 5
     ref = reference_attention(q, k_cache, v_cache, batch.meta, page_size)
     assert rel_err(attn.run(q, k_cache, v_cache), ref) < TOL
     attn.plan(*random_batch([1] * 3, [5, 6, 7], page_size, num_pages, DEV).meta)

@@ -7,9 +7,14 @@ pages, and how many tokens its last page holds; see flashinfer_backend.PagedKVMe
 decode kernels (tensor cores when the GQA group is >= 2, where they win); a batch of prompt
 chunks runs the prefill kernels with a causal mask aligned to the end of each request's KV,
 which is what a chunk after a cached prefix needs. A mixed batch (the scheduler puts its
-decodes first) runs both: the decode kernel over its leading one-token rows and the prefill
-kernel over the rest, each into its slice of one output. (FA3, the prefill kernel on SM90,
-reads a one-token query 2-5x slower than the decode kernel: benches/attention_kernels.md.)
+decodes first) with tensor-core decode and at most ONE_LAUNCH_MAX_PROMPT_ROWS prompt rows
+runs whole on FA2's prefill kernel: tensor-core decode is that kernel, so the decode rows
+cost what they would alone and the prompt rows add a few tiles to the same launch.
+Otherwise it runs both kernels: the decode kernel over its leading one-token rows and the
+prefill kernel over the rest, each into its slice of one output. (FA3, the prefill kernel
+on SM90, reads a one-token query 2-5x slower than the decode kernel:
+benches/attention_kernels.md; a separate FA3 launch for a small chunk cost ~17 us a layer
+in Llama-3.1-8B's mixed steps.)
 Decode can be captured in CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per
 padded batch size, and `plan_cuda_graph` is called before capture and before every replay.
 A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always splits, then
@@ -38,6 +43,9 @@ if TYPE_CHECKING:
 
 PrefillBackend = Literal["auto", "fa2", "fa3"]
 _WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-KV scratch size
+# A mixed batch with at most this many prompt rows runs as one FA2 launch; more, and FA3
+# (SM90) is worth its second launch for the prompt rows.
+ONE_LAUNCH_MAX_PROMPT_ROWS = 1024
 
 
 def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device) -> str:
@@ -81,6 +89,17 @@ class FlashInferPagedAttention:
         self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
         self._decode = self._new_decode_wrapper()
         self._mixed_decode = self._new_decode_wrapper(own_workspace=True)
+        # A mixed batch with few prompt rows runs whole on FA2's prefill kernel, which is
+        # what tensor-core decode runs for its decode rows anyway (see `plan`).
+        self._mixed_fa2 = None
+        if self.use_tensor_cores and decode_backend == "fa2":
+            self._mixed_fa2 = self._prefill
+            if self.prefill_backend != "fa2":
+                self._mixed_fa2 = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                    self._float_ws, kv_layout, backend="fa2"
+                )
+                self._mixed_fa2._int_workspace_buffer = self._int_ws  # shared, as below
+                self._mixed_fa2._pin_memory_int_workspace_buffer = self._pinned_ws
         self._graphs: dict[tuple[int, bool], BatchDecodeWithPagedKVCacheWrapper] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
@@ -115,31 +134,36 @@ class FlashInferPagedAttention:
         the page ids preferably on the device). Host-side work; not capturable."""
         batch_size = kv_last_page_len.numel()
         num_decode = _leading_single_rows(qo_indptr)
+        prompt_rows = int(qo_indptr[-1]) - num_decode
         self._plan_done.synchronize()
         self._num_decode_rows = 0
         if num_decode == batch_size:
             self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
         elif num_decode == 0:
-            self._plan_prefill(qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+            self._plan_prefill(self._prefill, qo_indptr, kv_indptr, kv_indices,
+                               kv_last_page_len)
+        elif self._mixed_fa2 is not None and prompt_rows <= ONE_LAUNCH_MAX_PROMPT_ROWS:
+            self._plan_prefill(self._mixed_fa2, qo_indptr, kv_indptr, kv_indices,
+                               kv_last_page_len)
         else:  # decodes first, then prompt chunks: each half on its own kernel
             d, first_page = num_decode, int(kv_indptr[num_decode])
             self._plan_decode(self._mixed_decode, kv_indptr[: d + 1], kv_indices[:first_page],
                               kv_last_page_len[:d])
-            self._plan_prefill(qo_indptr[d:] - d, kv_indptr[d:] - first_page,
+            self._plan_prefill(self._prefill, qo_indptr[d:] - d, kv_indptr[d:] - first_page,
                                kv_indices[first_page:], kv_last_page_len[d:])
             self._num_decode_rows = d
         self._plan_done.record()
 
     def _plan_prefill(
-        self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
+        self, wrapper: Any, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
     ) -> None:
-        self._prefill.plan(
+        wrapper.plan(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
             self.num_kv_heads, self.head_dim, self.page_size, causal=True,
             sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
         )
-        self._active = self._prefill
+        self._active = wrapper
 
     def _plan_decode(
         self, wrapper: BatchDecodeWithPagedKVCacheWrapper, kv_indptr: torch.Tensor,
