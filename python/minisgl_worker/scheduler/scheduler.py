@@ -23,8 +23,10 @@ longest max_new_tokens first ("lof", SGLang's name), for a batch submitted at on
 requests admitted last then finish soonest. A step with decodes takes at most
 `mixed_chunk_size` prefill tokens (default: the chunk size), which bounds how long a prompt
 stalls the running decodes. Measured on the H200 offline workload (benches/RESULTS.md),
-lof with 512-2048 beside decodes saves ~1% on Llama-3.1-8B and costs on Qwen3-0.6B, whose
-mixed steps run eagerly and are host-bound; so neither is the default."""
+with mixed steps of up to 512 tokens replaying piecewise CUDA graphs: lof with 192 beside
+decodes saves 1-3% on Llama-3.1-8B, and on Qwen3-0.6B (its mixed steps at the host's limit)
+every small budget measured ran slower than the default or within the machines' spread;
+so neither is the default."""
 
 from __future__ import annotations
 
