@@ -78,6 +78,25 @@ def bench_ragged_decode(layout: str, batch: int, page_size: int, backend: str,
             "GB/s": nbytes / ms / 1e6}
 
 
+def bench_decode_order(layout: str, batch: int, order: str, split: bool) -> dict[str, object]:
+    """Decode at the offline workload's lengths with the requests in `order` (as drawn,
+    longest first, shortest first), split-KV or whole-KV (one CTA per request and KV head,
+    where the order is the order the GPU starts them)."""
+    gen = torch.Generator().manual_seed(batch)
+    kv_lens = torch.randint(100, 2049, (batch,), generator=gen).tolist()
+    if order != "drawn":
+        kv_lens.sort(reverse=order == "longest first")
+    attn, q, k, v = _setup(layout, 16, [1] * batch, kv_lens)
+    meta = _meta([1] * batch, kv_lens, 16)
+    attn._plan_decode(attn._decode, meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len,
+                      split_kv=split)
+    ms = do_bench(lambda: attn.run(q, k, v), warmup=25, rep=200, return_mode="median")
+    _, hkv, d = LAYOUTS[layout]
+    return {"kind": f"{'split' if split else 'whole'} {order}", "layout": layout,
+            "batch": batch, "kv_len": sum(kv_lens) // batch, "page_size": 16, "ms": ms,
+            "GB/s": 2 * sum(kv_lens) * hkv * d * 2 / ms / 1e6}
+
+
 def bench_prefill(layout: str, backend: str, reqs: int, new: int, prefix: int,
                   page_size: int) -> dict[str, object]:
     attn, q, k, v = _setup(layout, page_size, [new] * reqs, [prefix + new] * reqs, backend)
@@ -102,6 +121,14 @@ def bench_plan(layout: str, batch: int, kv_len: int, page_size: int) -> dict[str
 
 def main() -> None:
     rows = []
+    if os.environ.get("DECODE_ORDER"):  # does the order of the requests matter?
+        for layout in LAYOUTS:
+            for batch in (64, 128, 256):
+                for split in (True, False):
+                    for order in ("drawn", "longest first", "shortest first"):
+                        rows.append(bench_decode_order(layout, batch, order, split))
+        _print(rows)
+        return
     if os.environ.get("DECODE_BACKENDS"):  # fa2 vs fa3 tensor-core decode, NHD vs HND
         for batch in (64, 128, 256):
             for backend, kv_layout in (("fa2", "NHD"), ("fa3", "NHD"), ("fa2", "HND")):
@@ -127,11 +154,11 @@ def main() -> None:
 
 
 def _print(rows: list[dict[str, object]]) -> None:
-    print(f"{'kind':<13} {'layout':<13} {'bs':>4} {'kv':>5} {'new':>5} {'page':>4} "
+    print(f"{'kind':<20} {'layout':<13} {'bs':>4} {'kv':>5} {'new':>5} {'page':>4} "
           f"{'ms':>8} {'GB/s | TFLOP/s':>15}")
     for r in rows:
         rate = r.get("GB/s", r.get("TFLOP/s", ""))
-        print(f"{r['kind']:<13} {r['layout']:<13} {r['batch']:>4} {r['kv_len']:>5} "
+        print(f"{r['kind']:<20} {r['layout']:<13} {r['batch']:>4} {r['kv_len']:>5} "
               f"{r.get('new', 1):>5} {r['page_size']:>4} {r['ms']:>8.3f} "
               f"{rate if rate == '' else f'{rate:.1f}':>15}")
 

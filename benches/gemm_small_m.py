@@ -129,13 +129,52 @@ def triton_pow2(m: int) -> int:
     return 1 << (m - 1).bit_length()
 
 
+def tunable_vs_default(args: argparse.Namespace) -> None:
+    """Each shape and M: F.linear's default cuBLAS kernel, then TunableOp's pick among the
+    default and cuBLASLt's 8 best heuristics (tuned over a rotating buffer larger than L2,
+    so the candidates read their weights from HBM), timed the same way."""
+    from torch.cuda import tunable
+
+    tunable.set_rotating_buffer_size(256)  # MB
+    tunable.set_max_tuning_iterations(100)
+    print(f"{'shape':20s} {'M':>4s} {'default us':>10s} {'TB/s':>6s} {'tuned us':>10s} "
+          f"{'TB/s':>6s} {'gain':>6s}")
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        nbytes = n * k * 2
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+                   for _ in range(max(2, -(-512 * 2**20 // nbytes)))]
+        for m in map(int, args.m.split(",")):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            tunable.enable(False)
+            t_default = time_us(F.linear, weights, x)
+            tunable.enable(True)
+            tunable.tuning_enable(True)
+            F.linear(x, weights[0])  # tunes this shape
+            tunable.tuning_enable(False)
+            t_tuned = time_us(F.linear, weights, x)
+            tunable.enable(False)
+            print(f"{name:20s} {m:4d} {t_default:10.1f} {nbytes / t_default / 1e6:6.2f} "
+                  f"{t_tuned:10.1f} {nbytes / t_tuned / 1e6:6.2f} {t_default / t_tuned:5.2f}x",
+                  flush=True)
+        del weights
+    for result in tunable.get_results():
+        print("tuned:", *result)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--m", default="16,64,128,192,256")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--json")
+    p.add_argument("--tunable", action="store_true",
+                   help="cuBLAS's default against the best of cuBLASLt's top heuristics, as "
+                   "picked by PyTorch's TunableOp (instead of the Triton tiles)")
     args = p.parse_args()
     torch.manual_seed(0)
+    if args.tunable:
+        tunable_vs_default(args)
+        return
     best_tiles = {}
     print(f"{'shape':20s} {'M':>4s} {'cuBLAS us':>10s} {'TB/s':>6s} {'triton us':>10s} "
           f"{'TB/s':>6s} {'gain':>6s}  tile")
