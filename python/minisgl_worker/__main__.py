@@ -78,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cuda-graph-max-tokens", type=_graph_tokens, default=-1,
         help="largest batch with prompt tokens (prefill, mixed) run as piecewise CUDA graphs "
-        "(FlashInfer, bf16/fp16); -1: 512; 0: none",
+        "(FlashInfer, bf16/fp16), besides those of exactly --chunk-size tokens; -1: 512; "
+        "0: none",
     )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument(

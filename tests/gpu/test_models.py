@@ -193,18 +193,24 @@ def _mixed_batch(driver: Driver, lens: list[int]) -> Any:
     return batch, rows
 
 
-@pytest.mark.parametrize("lens", [[1, 1, 37, 21], [1, 30, 2], [23, 10, 9]])
+@pytest.mark.parametrize("lens", [[1, 1, 37, 21], [1, 30, 2], [23, 10, 9], [1, 1, 120, 125]])
 def test_piecewise_graphs_equal_the_eager_forward(model: Any, lens: list[int]) -> None:
-    """A mixed batch (decodes and prompt chunks; the last case prompt chunks only) of a
+    """A mixed batch (decodes and prompt chunks; the third case prompt chunks only) of a
     token count between buckets, through the piecewise graphs and eagerly: same logits up to
-    bf16 rounding. The static q and attention buffers are poisoned first, so a row the
-    replay does not write, or a padding row leaking into a real one, shows as NaN."""
+    bf16 rounding. The last case (247 tokens) replays the bucket at the chunk size (256),
+    above the 16-step buckets (to 96). The static q and attention buffers are poisoned
+    first, so a row the replay does not write, or a padding row leaking into a real one,
+    shows as NaN."""
+    from minisgl_worker.engine.piecewise import bucket_for
+
     engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
-                                 max_running=8, cuda_graph_max_tokens=96))
+                                 max_running=8, cuda_graph_max_tokens=96, chunk_size=256))
     try:
-        assert engine.pieces is not None and engine.pieces.sizes[-1] == 96
+        assert engine.pieces is not None and engine.pieces.sizes[-2:] == [96, 256]
         batch, rows = _mixed_batch(Driver(engine), lens)
         assert batch.num_tokens % 16 and engine.pieces.can_run(batch)
+        assert bucket_for(engine.pieces.sizes, batch.num_tokens) == (
+            256 if batch.num_tokens > 96 else -(-batch.num_tokens // 16) * 16)
         with torch.inference_mode():
             engine.attn_backend.prepare_metadata(batch)
             with engine.ctx.forward_batch(batch):

@@ -23,8 +23,9 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.9
     chunk_size: int = 8192  # the scheduler's prefill token budget: sizes the profiled forward
     cuda_graph_max_bs: int = -1  # -1: 256 on GPUs with >= 80 GiB, else 128; 0: no graphs
-    # Batches with prompt tokens (prefill, mixed) of up to this many tokens replay piecewise
-    # CUDA graphs (engine/piecewise.py; FlashInfer with bf16/fp16); -1: 512; 0: none.
+    # Batches with prompt tokens (prefill, mixed) of up to this many tokens, or of exactly
+    # chunk_size, replay piecewise CUDA graphs (engine/piecewise.py; FlashInfer with
+    # bf16/fp16); -1: 512; 0: none.
     cuda_graph_max_tokens: int = -1
 
     def __post_init__(self) -> None:

@@ -5,8 +5,9 @@ without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns th
 On CUDA with FlashInfer (the default there) the model runs FlashInfer's fused RMSNorm,
 RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one parallel build at
 start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
-and mixed batches up to `cuda_graph_max_tokens` tokens replay piecewise graphs with their
-attention between the pieces (piecewise.py); larger batches run eagerly. On CPU everything
+and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
+fills the prefill budget), replay piecewise graphs with their attention between the pieces
+(piecewise.py); other batches run eagerly. On CPU everything
 is torch-native."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..models import ModelConfig, create_model
 from .config import EngineConfig
 from .graph import GraphRunner
 from .memory import plan_kv_memory
-from .piecewise import PiecewiseGraphs
+from .piecewise import PiecewiseGraphs, piece_sizes
 from .sampler import Sampler
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ class Engine:
             graph_bs = 0
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
-        num_pages = self._num_pages(graph_bs, graph_tokens)
+        bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
+        num_pages = self._num_pages(graph_bs, bucket_sizes)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
             self.dtype, self.device,
@@ -100,12 +102,14 @@ class Engine:
                                           max_pages, self.device)
         if graph_tokens:
             self.pieces = PiecewiseGraphs(self.model, self.attn_backend, self.ctx,
-                                          graph_tokens, self.device)
+                                          graph_tokens, self.device, config.chunk_size)
         logger.info(
-            "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise to "
-            "%d tokens), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
+            "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise "
+            "buckets %s), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
             self.device, str(self.dtype).removeprefix("torch."),
-            type(self.attn_backend).__name__, graph_bs, graph_tokens, self.kv_pool.num_slots,
+            type(self.attn_backend).__name__, graph_bs,
+            f"{bucket_sizes[0]}..{bucket_sizes[-1]}" if bucket_sizes else "none",
+            self.kv_pool.num_slots,
             num_pages, self.page_size, self.max_context,
         )
 
@@ -124,7 +128,7 @@ class Engine:
         del attn
         logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
 
-    def _num_pages(self, graph_bs: int, graph_tokens: int) -> int:
+    def _num_pages(self, graph_bs: int, graph_sizes: list[int]) -> int:
         cfg, ps = self.model_config, self.page_size
         if self.config.kv_tokens:
             return -(-self.config.kv_tokens // ps)
@@ -134,7 +138,7 @@ class Engine:
         if self.device.type == "cuda":
             plan = plan_kv_memory(
                 self.model, cfg, self.backend_name, self.dtype, self.device, ps,
-                self.config.chunk_size, graph_bs, graph_tokens, self.max_running,
+                self.config.chunk_size, graph_bs, graph_sizes, self.max_running,
                 self.config.gpu_memory_fraction,
             )
             budget = plan.kv_bytes

@@ -21,7 +21,6 @@ from ..attention import create_attention_backend
 from ..core import Batch, Context, Req, SamplingParams, clear_global_ctx, set_global_ctx
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig
-from .piecewise import piece_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +79,8 @@ def profile_forward(
 
 def plan_kv_memory(
     model: nn.Module, cfg: ModelConfig, backend_name: str, dtype: torch.dtype,
-    device: torch.device, page_size: int, chunk_size: int, graph_bs: int, graph_tokens: int,
-    max_running: int, fraction: float,
+    device: torch.device, page_size: int, chunk_size: int, graph_bs: int,
+    graph_sizes: list[int], max_running: int, fraction: float,
 ) -> MemoryPlan:
     prefill_tokens = min(chunk_size, cfg.max_context)
     prefill_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
@@ -91,10 +90,10 @@ def plan_kv_memory(
         decode_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
                                       [1] * graph_bs)
         graph_reserve = decode_peak + 4 * graph_bs * cfg.vocab_size * 4  # + sampler temps
-    if graph_tokens:
+    if graph_sizes:  # the piecewise buckets (piece_sizes)
         graph_reserve += profile_forward(model, cfg, backend_name, dtype, device, page_size,
-                                         [graph_tokens])
-        graph_reserve += sum(piece_sizes(graph_tokens)) * cfg.hidden_size * dtype.itemsize
+                                         [max(graph_sizes)])
+        graph_reserve += sum(graph_sizes) * cfg.hidden_size * dtype.itemsize
     free, total = torch.cuda.mem_get_info(device)
     in_use = total - free
     table_bytes = max_running * cfg.max_context * 4

@@ -6,7 +6,7 @@ import pytest
 import torch
 from minisgl_worker.__main__ import parse_args
 from minisgl_worker.engine import EngineConfig
-from minisgl_worker.engine.piecewise import piece_sizes
+from minisgl_worker.engine.piecewise import bucket_for, piece_sizes
 
 
 @pytest.mark.parametrize("bad", [-2, 1, 15])
@@ -37,3 +37,22 @@ def test_worker_cli_takes_and_checks_cuda_graph_max_tokens(capsys: pytest.Captur
 def test_piece_sizes_step_by_16_up_to_the_limit() -> None:
     assert piece_sizes(64) == [16, 32, 48, 64]
     assert piece_sizes(70) == [16, 32, 48, 64]  # a batch of 65..70 tokens runs eagerly
+
+
+def test_piece_sizes_add_the_chunk_size_above_the_limit() -> None:
+    assert piece_sizes(64, 8192) == [16, 32, 48, 64, 8192]
+    assert piece_sizes(64, 64) == [16, 32, 48, 64]  # already a bucket
+    assert piece_sizes(64, 40) == [16, 32, 48, 64]  # below the limit: the 48 bucket serves
+    assert piece_sizes(8, 8192) == []  # no buckets at all stays none
+
+
+def test_bucket_for_pads_fewer_than_16_rows() -> None:
+    sizes = piece_sizes(64, 8192)
+    assert bucket_for(sizes, 1) == 16
+    assert bucket_for(sizes, 33) == 48
+    assert bucket_for(sizes, 64) == 64
+    assert bucket_for(sizes, 65) is None  # 8127 padding rows: eager
+    assert bucket_for(sizes, 8176) is None  # 16 padding rows: eager
+    assert bucket_for(sizes, 8177) == 8192
+    assert bucket_for(sizes, 8192) == 8192
+    assert bucket_for(sizes, 8193) is None
