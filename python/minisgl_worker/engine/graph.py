@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ..attention.flashinfer_backend import FlashInferBackend
 from ..core import Batch, Context
+from .static_inputs import StaticInputs
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +46,8 @@ class GraphRunner:
         self.sizes = graph_batch_sizes(max_bs)
         self.max_bs = self.sizes[-1]
         self.backend = backend
-        self.dummy_page = backend.kv_pool.dummy_page
-        self.dummy_slot = self.dummy_page * backend.kv_pool.page_size
-        self.input_ids = torch.zeros(self.max_bs, dtype=torch.long, device=device)
-        self.positions = torch.zeros(self.max_bs, dtype=torch.long, device=device)
-        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.long, device=device)
+        pool = backend.kv_pool
+        self.inputs = StaticInputs(self.max_bs, pool.dummy_page * pool.page_size, device)
         self.indices = torch.arange(self.max_bs, device=device)
         whole_kv = [s for s in self.sizes if s >= WHOLE_KV_MIN_BS]
         if not backend.attn.use_tensor_cores:
@@ -68,9 +66,9 @@ class GraphRunner:
         bar = tqdm(variants, desc="capturing CUDA graphs", file=sys.stderr, unit="graph")
         for bs, split in bar:
             bar.set_postfix(bs=bs, split_kv=split)
-            batch = self._static_batch(bs)
+            batch = self.inputs.batch(bs, [1] * bs)
             self.backend.plan_padded(batch, bs, split)
-            args = (self.input_ids[:bs], self.positions[:bs], self.indices[:bs])
+            args = (batch.input_ids, batch.positions, self.indices[:bs])
             graph = torch.cuda.CUDAGraph()
             with ctx.forward_batch(batch):
                 stream.wait_stream(torch.cuda.current_stream(device))
@@ -88,10 +86,6 @@ class GraphRunner:
                     "in %.1f s, %.0f MiB", len(self.graphs), self.max_bs,
                     len(self.graphs) - len(self.sizes), time.perf_counter() - t0, used / 2**20)
 
-    def _static_batch(self, bs: int) -> Batch:
-        return Batch(reqs=[], input_ids=self.input_ids[:bs], positions=self.positions[:bs],
-                     out_loc=self.out_loc[:bs], extend_lens=[1] * bs)
-
     def can_run(self, batch: Batch) -> bool:
         return batch.size <= self.max_bs and batch.phase == "decode"
 
@@ -99,12 +93,7 @@ class GraphRunner:
         """Run a decode batch through the graph of the next size up -> logits (B, V)."""
         bs = batch.size
         padded = next(s for s in self.sizes if s >= bs)
-        self.input_ids[:bs].copy_(batch.input_ids)
-        self.positions[:bs].copy_(batch.positions)
-        self.out_loc[:bs].copy_(batch.out_loc)
-        if padded > bs:  # rows a larger batch left behind: back to the dummy slot
-            self.out_loc[bs:padded].fill_(self.dummy_slot)
-            self.positions[bs:padded].zero_()
+        self.inputs.load(batch, padded)
         split = self.backend.split_kv_for(batch, padded)
         self.backend.plan_padded(batch, padded, split)
         self.graphs[padded, split].replay()

@@ -42,6 +42,7 @@ import torch
 from ..attention.flashinfer_backend import FlashInferBackend
 from ..core import Batch, Context
 from ..models import LlamaForCausalLM
+from .static_inputs import StaticInputs
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,7 @@ class PiecewiseGraphs:
         self.max_tokens = n = self.sizes[-1]
         self.model, self.backend, self.ctx = model, backend, ctx
         pool, attn = backend.kv_pool, backend.attn
-        self.dummy_slot = pool.dummy_page * pool.page_size
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=device)
-        self.positions = torch.zeros(n, dtype=torch.long, device=device)
-        self.out_loc = torch.full((n,), self.dummy_slot, dtype=torch.long, device=device)
+        self.inputs = StaticInputs(n, pool.dummy_page * pool.page_size, device)
         heads = (n, attn.num_qo_heads, attn.head_dim)
         self.q = torch.zeros(heads, dtype=attn.dtype, device=device)
         self.attn_out = torch.zeros(heads, dtype=attn.dtype, device=device)
@@ -106,9 +104,8 @@ class PiecewiseGraphs:
         self.backend.cut = self
         try:
             for size in reversed(self.sizes):
-                ids, pos = self.input_ids[:size], self.positions[:size]
-                batch = Batch(reqs=[], input_ids=ids, positions=pos,
-                              out_loc=self.out_loc[:size], extend_lens=[size])
+                batch = self.inputs.batch(size, [size])
+                ids, pos = batch.input_ids, batch.positions
                 stream.wait_stream(torch.cuda.current_stream(device))
                 with torch.inference_mode(), self.ctx.forward_batch(batch), \
                         torch.cuda.stream(stream):
@@ -139,12 +136,7 @@ class PiecewiseGraphs:
         n = batch.num_tokens
         size = bucket_for(self.sizes, n)
         assert size is not None, f"no bucket for {n} tokens: check can_run first"
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.out_loc[:n].copy_(batch.out_loc)
-        if size > n:  # rows a larger batch left behind: back to the dummy slot
-            self.out_loc[n:size].fill_(self.dummy_slot)
-            self.positions[n:size].zero_()
+        self.inputs.load(batch, size)
         self.backend.prepare_metadata(batch)
         pieces, hidden = self.buckets[size]
         q, out = self.q[:n], self.attn_out[:n]
