@@ -129,6 +129,26 @@ def triton_pow2(m: int) -> int:
     return 1 << (m - 1).bit_length()
 
 
+def weight_copies(n: int, k: int) -> list[torch.Tensor]:
+    """Enough (N, K) bf16 weights (>= 512 MB, at least 2) that cycling through them in
+    `time_us` reads each from HBM, not L2."""
+    count = max(2, -(-512 * 2**20 // (n * k * 2)))
+    return [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+            for _ in range(count)]
+
+
+def cases(args: argparse.Namespace):
+    """(shape name, M, weight bytes, the weight copies, an (M, K) input) for every shape and
+    M asked for; one shape's weights at a time."""
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        weights = weight_copies(n, k)
+        for m in map(int, args.m.split(",")):
+            yield name, m, n * k * 2, weights, torch.randn(m, k, device="cuda",
+                                                           dtype=torch.bfloat16)
+        del weights
+
+
 def tunable_vs_default(args: argparse.Namespace) -> None:
     """Each shape and M: F.linear's default cuBLAS kernel, then TunableOp's pick among the
     default and cuBLASLt's 8 best heuristics (tuned over a rotating buffer larger than L2,
@@ -139,25 +159,18 @@ def tunable_vs_default(args: argparse.Namespace) -> None:
     tunable.set_max_tuning_iterations(100)
     print(f"{'shape':20s} {'M':>4s} {'default us':>10s} {'TB/s':>6s} {'tuned us':>10s} "
           f"{'TB/s':>6s} {'gain':>6s}")
-    for name in args.shapes.split(","):
-        n, k = SHAPES[name]
-        nbytes = n * k * 2
-        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-                   for _ in range(max(2, -(-512 * 2**20 // nbytes)))]
-        for m in map(int, args.m.split(",")):
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            tunable.enable(False)
-            t_default = time_us(F.linear, weights, x)
-            tunable.enable(True)
-            tunable.tuning_enable(True)
-            F.linear(x, weights[0])  # tunes this shape
-            tunable.tuning_enable(False)
-            t_tuned = time_us(F.linear, weights, x)
-            tunable.enable(False)
-            print(f"{name:20s} {m:4d} {t_default:10.1f} {nbytes / t_default / 1e6:6.2f} "
-                  f"{t_tuned:10.1f} {nbytes / t_tuned / 1e6:6.2f} {t_default / t_tuned:5.2f}x",
-                  flush=True)
-        del weights
+    for name, m, nbytes, weights, x in cases(args):
+        tunable.enable(False)
+        t_default = time_us(F.linear, weights, x)
+        tunable.enable(True)
+        tunable.tuning_enable(True)
+        F.linear(x, weights[0])  # tunes this shape
+        tunable.tuning_enable(False)
+        t_tuned = time_us(F.linear, weights, x)
+        tunable.enable(False)
+        print(f"{name:20s} {m:4d} {t_default:10.1f} {nbytes / t_default / 1e6:6.2f} "
+              f"{t_tuned:10.1f} {nbytes / t_tuned / 1e6:6.2f} {t_default / t_tuned:5.2f}x",
+              flush=True)
     for result in tunable.get_results():
         print("tuned:", *result)
 
@@ -178,34 +191,28 @@ def main() -> None:
     best_tiles = {}
     print(f"{'shape':20s} {'M':>4s} {'cuBLAS us':>10s} {'TB/s':>6s} {'triton us':>10s} "
           f"{'TB/s':>6s} {'gain':>6s}  tile")
-    for name in args.shapes.split(","):
+    for name, m, nbytes, weights, x in cases(args):
+        ref = F.linear(x, weights[0]).float()
+        t_cublas = time_us(F.linear, weights, x)
+        best = (float("inf"), None)
+        for tile in tiles(m):
+            if not fits(x, weights[0], tile):
+                continue
+            try:
+                out = skinny_mm(x, weights[0], tile).float()
+                err = ((out - ref).norm() / ref.norm()).item()
+                assert err < 1e-2, (tile, err)
+                t = time_us(lambda a, b, tile=tile: skinny_mm(a, b, tile), weights, x)
+            except triton.runtime.errors.OutOfResources:
+                continue
+            best = min(best, (t, tile), key=lambda r: r[0])
+        t, tile = best
+        print(f"{name:20s} {m:4d} {t_cublas:10.1f} {nbytes / t_cublas / 1e6:6.2f} "
+              f"{t:10.1f} {nbytes / t / 1e6:6.2f} {t_cublas / t:5.2f}x  {tuple(tile)}",
+              flush=True)
         n, k = SHAPES[name]
-        nbytes = n * k * 2
-        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-                   for _ in range(max(2, -(-512 * 2**20 // nbytes)))]
-        for m in map(int, args.m.split(",")):
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = F.linear(x, weights[0]).float()
-            t_cublas = time_us(F.linear, weights, x)
-            best = (float("inf"), None)
-            for tile in tiles(m):
-                if not fits(x, weights[0], tile):
-                    continue
-                try:
-                    out = skinny_mm(x, weights[0], tile).float()
-                    err = ((out - ref).norm() / ref.norm()).item()
-                    assert err < 1e-2, (tile, err)
-                    t = time_us(lambda a, b, tile=tile: skinny_mm(a, b, tile), weights, x)
-                except triton.runtime.errors.OutOfResources:
-                    continue
-                best = min(best, (t, tile), key=lambda r: r[0])
-            t, tile = best
-            print(f"{name:20s} {m:4d} {t_cublas:10.1f} {nbytes / t_cublas / 1e6:6.2f} "
-                  f"{t:10.1f} {nbytes / t / 1e6:6.2f} {t_cublas / t:5.2f}x  {tuple(tile)}",
-                  flush=True)
-            best_tiles[f"{n}x{k}/{m}"] = {"cublas_us": round(t_cublas, 2),
-                                          "triton_us": round(t, 2), "tile": list(tile)}
-        del weights
+        best_tiles[f"{n}x{k}/{m}"] = {"cublas_us": round(t_cublas, 2),
+                                      "triton_us": round(t, 2), "tile": list(tile)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(best_tiles, f, indent=1)

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
 from minisgl_worker.layers import cuda_ops
+
+sys.path.insert(0, str(Path(__file__).parent))
+from decode_step import median_ms
 
 DEV, BF16, PAGE = torch.device("cuda"), torch.bfloat16, 16
 
@@ -96,15 +100,9 @@ def capture(fn) -> torch.cuda.CUDAGraph:
 
 
 def time_ms(run, reps: int = 30) -> float:
-    times = []
-    for _ in range(reps + 3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    for _ in range(3):  # warm-up
         run()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times[3:])[reps // 2]
+    return median_ms(run, reps)
 
 
 def decode_graphs(s: Shape, wts: Weights, kv_lens: list[int], k: torch.Tensor,

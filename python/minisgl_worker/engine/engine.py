@@ -91,7 +91,7 @@ class Engine:
         set_global_ctx(self.ctx)
         self.graphs: GraphRunner | None = None
         self.pieces: PiecewiseGraphs | None = None
-        if graph_bs or graph_tokens:
+        if graph_bs or bucket_sizes:
             from ..attention.flashinfer_backend import FlashInferBackend
 
             assert isinstance(self.attn_backend, FlashInferBackend)
@@ -100,9 +100,9 @@ class Engine:
             with torch.inference_mode():
                 self.graphs = GraphRunner(self.model, self.attn_backend, self.ctx, graph_bs,
                                           max_pages, self.device)
-        if graph_tokens:
+        if bucket_sizes:
             self.pieces = PiecewiseGraphs(self.model, self.attn_backend, self.ctx,
-                                          graph_tokens, self.device, config.chunk_size)
+                                          bucket_sizes, self.device)
         logger.info(
             "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise "
             "buckets %s), KV %d tokens (%d pages of %d), max_context %d", self.model_name,

@@ -90,9 +90,10 @@ def plan_kv_memory(
         decode_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
                                       [1] * graph_bs)
         graph_reserve = decode_peak + 4 * graph_bs * cfg.vocab_size * 4  # + sampler temps
-    if graph_sizes:  # the piecewise buckets (piece_sizes)
-        graph_reserve += profile_forward(model, cfg, backend_name, dtype, device, page_size,
-                                         [max(graph_sizes)])
+    if graph_sizes:  # the piecewise buckets (piece_sizes); the largest is often the chunk
+        top = max(graph_sizes)
+        graph_reserve += prefill_peak if top == prefill_tokens else profile_forward(
+            model, cfg, backend_name, dtype, device, page_size, [top])
         graph_reserve += sum(graph_sizes) * cfg.hidden_size * dtype.itemsize
     free, total = torch.cuda.mem_get_info(device)
     in_use = total - free

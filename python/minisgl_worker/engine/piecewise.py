@@ -65,10 +65,11 @@ def bucket_for(sizes: list[int], tokens: int) -> int | None:
 
 class PiecewiseGraphs:
     def __init__(self, model: LlamaForCausalLM, backend: FlashInferBackend, ctx: Context,
-                 max_tokens: int, device: torch.device, chunk_tokens: int = 0) -> None:
-        self.sizes = piece_sizes(max_tokens, chunk_tokens)
-        assert self.sizes, f"max_tokens must be >= {BUCKET}; got {max_tokens}"
-        self.max_tokens = n = self.sizes[-1]
+                 sizes: list[int], device: torch.device) -> None:
+        """sizes: the token-count buckets, ascending (`piece_sizes`)."""
+        assert sizes and sizes == sorted(set(sizes)), sizes
+        self.sizes = sizes
+        n = sizes[-1]
         self.model, self.backend, self.ctx = model, backend, ctx
         pool, attn = backend.kv_pool, backend.attn
         self.inputs = StaticInputs(n, pool.dummy_page * pool.page_size, device)
@@ -124,7 +125,7 @@ class PiecewiseGraphs:
         pieces = sum(len(g) for g, _ in self.buckets.values())
         logger.info("captured piecewise CUDA graphs for batches with prompt tokens: %d buckets "
                     "(%d..%d tokens), %d pieces in %.1f s, %.0f MiB", len(self.sizes),
-                    self.sizes[0], self.max_tokens, pieces, time.perf_counter() - t0,
+                    self.sizes[0], self.sizes[-1], pieces, time.perf_counter() - t0,
                     (free0 - torch.cuda.mem_get_info(device)[0]) / 2**20)
 
     def can_run(self, batch: Batch) -> bool:
