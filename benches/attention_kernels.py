@@ -13,6 +13,7 @@ Times are CUDA-event medians (triton's do_bench). Usage: python benches/attentio
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -21,6 +22,7 @@ import torch
 from minisgl_worker.attention.flashinfer_backend import PagedKVMeta
 from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
 from triton.testing import do_bench
+from workload import draw
 
 DEV = torch.device("cuda")
 BF16 = torch.bfloat16
@@ -97,6 +99,83 @@ def bench_decode_order(layout: str, batch: int, order: str, split: bool) -> dict
             "GB/s": 2 * sum(kv_lens) * hkv * d * 2 / ms / 1e6}
 
 
+def workload_step(step: int) -> list[int]:
+    """KV lengths of the offline workload's running requests at decode step `step` (all
+    prompts taken as prefilled together): those with more than `step` output tokens."""
+    prompts, outs = draw()
+    return [len(p) + step for p, o in zip(prompts, outs) if o > step]
+
+
+def bench_graph_decode(layout: str, step: int, variant: str) -> dict[str, object]:
+    """One layer's decode attention as a CUDA-graph replay at the workload's `step`, padded
+    to the engine's graph size, for a graph variant: "tc-split" / "tc-whole" (tensor-core
+    kernel, KV split or not; what the engine captures) or "cc-split" (CUDA-core kernel)."""
+    import flashinfer
+    from minisgl_worker.engine.graph import graph_batch_sizes
+    hq, hkv, d = LAYOUTS[layout]
+    page = 16
+    kv_lens = workload_step(step)
+    n = len(kv_lens)
+    padded = next(s for s in graph_batch_sizes(256) if s >= n)
+    lens = kv_lens + [1] * (padded - n)  # padding rows: one token (the dummy page)
+    meta = _meta([1] * padded, lens, page)
+    num_pages = int(meta.kv_indptr[-1])
+    k = torch.randn(num_pages, page, hkv, d, device=DEV, dtype=BF16)
+    v = torch.randn_like(k)
+    bufs = (torch.zeros(padded + 1, dtype=torch.int32, device=DEV),
+            torch.zeros(num_pages, dtype=torch.int32, device=DEV),
+            torch.ones(padded, dtype=torch.int32, device=DEV))
+    ws = torch.zeros(128 << 20, dtype=torch.uint8, device=DEV)
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        ws, "NHD", use_cuda_graph=True, use_tensor_cores=variant.startswith("tc"),
+        paged_kv_indptr_buffer=bufs[0], paged_kv_indices_buffer=bufs[1],
+        paged_kv_last_page_len_buffer=bufs[2])
+    w.plan(meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len, hq, hkv, d, page,
+           q_data_type=BF16, kv_data_type=BF16, disable_split_kv=variant.endswith("whole"))
+    q = torch.randn(padded, hq, d, device=DEV, dtype=BF16)
+    out = torch.empty_like(q)
+    w.run(q, (k, v), out=out)
+    run = lambda: w.run(q, (k, v), out=out)
+    err = None
+    if variant == "xqa":  # TensorRT-LLM's decode kernel: block tables, no plan
+        ref = out.clone()
+        tables = _block_tables(meta, padded)
+        seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEV).view(torch.uint32)
+        xws = torch.zeros(256 << 20, dtype=torch.uint8, device=DEV)
+        run = lambda: flashinfer.decode.xqa_batch_decode_with_kv_cache(
+            q, (k, v), xws, tables, seq_lens, max(lens), bmm1_scale=d**-0.5, out=out)
+        run()
+        err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    ms = do_bench(graph.replay, warmup=25, rep=100, return_mode="median")
+    nbytes = 2 * sum(kv_lens) * hkv * d * 2
+    row = {"kind": f"step {step} {variant}", "layout": layout, "batch": n,
+           "kv_len": sum(kv_lens) // n, "page_size": page, "ms": ms, "GB/s": nbytes / ms / 1e6}
+    if err is not None:
+        row["new"] = f"{err:.0e}"  # printed in the "new" column: error vs FlashInfer
+    return row
+
+
+def _build_xqa() -> None:
+    """Compile XQA's two modules (GQA 2 and 4, bf16, page 16) in one parallel ninja run."""
+    from flashinfer.jit.xqa import gen_xqa_module
+    from minisgl_worker.attention.flashinfer_kernels import build_jit
+
+    build_jit([gen_xqa_module(BF16, BF16, 16, 128, group, False, BF16) for group in (2, 4)])
+
+
+def _block_tables(meta: PagedKVMeta, rows: int) -> torch.Tensor:
+    """FlashInfer's CSR page lists -> (rows, max pages) int32 block tables (XQA's form)."""
+    indptr = meta.kv_indptr.tolist()
+    width = max(b - a for a, b in itertools.pairwise(indptr))
+    tables = torch.zeros(rows, width, dtype=torch.int32, device=DEV)
+    for i in range(rows):
+        tables[i, : indptr[i + 1] - indptr[i]] = meta.kv_indices[indptr[i] : indptr[i + 1]]
+    return tables
+
+
 def bench_prefill(layout: str, backend: str, reqs: int, new: int, prefix: int,
                   page_size: int) -> dict[str, object]:
     attn, q, k, v = _setup(layout, page_size, [new] * reqs, [prefix + new] * reqs, backend)
@@ -121,6 +200,16 @@ def bench_plan(layout: str, batch: int, kv_len: int, page_size: int) -> dict[str
 
 def main() -> None:
     rows = []
+    if os.environ.get("DECODE_GRAPH"):  # the graph variants over the workload's decode steps
+        _build_xqa()
+        for layout in LAYOUTS:
+            for step in (0, 200, 400, 600, 700, 800, 850, 900, 950, 980, 1000, 1015):
+                for variant in ("tc-split", "tc-whole", "cc-split", "xqa"):
+                    if variant == "tc-whole" and len(workload_step(step)) <= 56:
+                        continue  # the engine has whole-KV graphs from batch 64 up
+                    rows.append(bench_graph_decode(layout, step, variant))
+        _print(rows)
+        return
     if os.environ.get("DECODE_ORDER"):  # does the order of the requests matter?
         for layout in LAYOUTS:
             for batch in (64, 128, 256):

@@ -15,6 +15,7 @@ made of."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -68,7 +69,8 @@ class StepTimer:
             out = forward(batch)
             end.record()
             self.rows.append({"start": start, "end": end, "kind": kind, "reqs": batch.size,
-                              "tokens": int(batch.input_ids.numel())})
+                              "tokens": int(batch.input_ids.numel()),
+                              "kv": sum(r.device_len for r in batch.reqs)})
             return out
 
         def timed_process(batch, out):
@@ -100,6 +102,15 @@ class StepTimer:
     def reset(self) -> None:
         self.host.clear()
         self.rows.clear()
+
+    def dump(self, path: str) -> None:
+        """One JSON line per batch: kind, requests, tokens, KV tokens read, GPU ms."""
+        torch.cuda.synchronize()
+        with open(path, "w") as f:
+            for r in self.rows:
+                row = {k: v for k, v in r.items() if k not in ("start", "end")}
+                row["ms"] = round(r["start"].elapsed_time(r["end"]), 4)
+                f.write(json.dumps(row) + "\n")
 
     def report(self, wall: float) -> None:
         torch.cuda.synchronize()
@@ -138,6 +149,7 @@ def main() -> None:
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20)
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
+    p.add_argument("--rows", help="write the timed run's batches here, one JSON line each")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
@@ -159,6 +171,8 @@ def main() -> None:
               f"chunk {args.chunk_size} ({llm.scheduler.mixed_chunk_size} beside decodes), "
               f"{args.policy}, overlap {llm.scheduler.overlap} ==")
         timer.report(wall)
+        if run == "timed" and args.rows:
+            timer.dump(args.rows)
     if timer.prof is not None:
         print(f"\n== steps {args.profile_first}..+{args.profile_steps}: GPU time by kernel ==")
         print(timer.prof.key_averages().table(sort_by="self_device_time_total", row_limit=30,
