@@ -32,6 +32,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _graph_bs(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (auto), 0 (none) or >= 1; got {value}")
+    return value
+
+
 def _graph_tokens(text: str) -> int:
     value = int(text)
     if value not in (-1, 0) and value < 16:
@@ -71,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
     p.add_argument(
-        "--cuda-graph-max-bs", type=int, default=-1,
+        "--cuda-graph-max-bs", type=_graph_bs, default=-1,
         help="largest decode batch run as a CUDA graph; -1: 256 on GPUs with >= 80 GiB, "
         "else 128; 0: none",
     )

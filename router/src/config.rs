@@ -58,6 +58,23 @@ pub struct Config {
     /// their default, fcfs, when absent.
     #[arg(long, value_enum)]
     pub schedule_policy: Option<Policy>,
+    /// KV cache capacity of each spawned worker, in tokens (their default when absent: what
+    /// 90% of the GPU's memory leaves after weights, activations and CUDA graphs; 1 GiB
+    /// worth on CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub kv_tokens: Option<u64>,
+    /// Largest decode batch the spawned workers replay as a CUDA graph; 0: none (their
+    /// default when absent: 256 on GPUs with >= 80 GiB, else 128).
+    #[arg(long, value_name = "N")]
+    pub cuda_graph_max_bs: Option<u32>,
+    /// Largest batch with prompt tokens the spawned workers replay as piecewise CUDA
+    /// graphs: 0 (none) or >= 16 (their default when absent: 512).
+    #[arg(long, value_name = "N", value_parser = graph_tokens)]
+    pub cuda_graph_max_tokens: Option<u32>,
+    /// Attention kernels of the spawned workers (their default when absent: auto, i.e.
+    /// FlashInfer on CUDA when it is installed, torch otherwise).
+    #[arg(long, value_enum)]
+    pub attention_backend: Option<AttentionBackend>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -83,6 +100,22 @@ pub enum Device {
 pub enum Cache {
     Radix,
     Naive,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttentionBackend {
+    Auto,
+    Torch,
+    Flashinfer,
+}
+
+/// `--cuda-graph-max-tokens`: 0 or at least 16 (a piecewise graph's smallest bucket).
+fn graph_tokens(text: &str) -> Result<u32, String> {
+    let n: u32 = text.parse().map_err(|e| format!("{e}"))?;
+    if n != 0 && n < 16 {
+        return Err(format!("must be 0 (no piecewise graphs) or >= 16; got {n}"));
+    }
+    Ok(n)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -151,6 +184,16 @@ impl Cache {
         match self {
             Self::Radix => "radix",
             Self::Naive => "naive",
+        }
+    }
+}
+
+impl AttentionBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Torch => "torch",
+            Self::Flashinfer => "flashinfer",
         }
     }
 }
@@ -253,5 +296,48 @@ mod tests {
             assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);
         }
         assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);
+    }
+
+    #[test]
+    fn engine_flags_for_the_spawned_workers() {
+        let c = parse(&[
+            "--kv-tokens",
+            "100000",
+            "--cuda-graph-max-bs",
+            "0",
+            "--cuda-graph-max-tokens",
+            "256",
+            "--attention-backend",
+            "torch",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.kv_tokens, c.cuda_graph_max_bs, c.cuda_graph_max_tokens),
+            (Some(100000), Some(0), Some(256))
+        );
+        assert_eq!(c.attention_backend, Some(AttentionBackend::Torch));
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.kv_tokens, c.cuda_graph_max_tokens), (None, None));
+        assert_eq!(
+            parse(&["--cuda-graph-max-tokens", "0"])
+                .unwrap()
+                .cuda_graph_max_tokens,
+            Some(0)
+        );
+        let err = parse(&["--cuda-graph-max-tokens", "8"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(text.contains("--cuda-graph-max-tokens"), "{text}");
+        assert!(
+            text.contains("must be 0 (no piecewise graphs) or >= 16; got 8"),
+            "{text}"
+        );
+        for bad in [
+            ["--kv-tokens", "0"],
+            ["--cuda-graph-max-bs", "-1"],
+            ["--attention-backend", "fa3"],
+        ] {
+            assert_eq!(parse(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 }

@@ -108,6 +108,10 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         chunk_size: config.chunk_size,
         mixed_chunk_size: config.mixed_chunk_size,
         schedule_policy: config.schedule_policy.map(|p| p.as_str()),
+        kv_tokens: config.kv_tokens,
+        cuda_graph_max_bs: config.cuda_graph_max_bs,
+        cuda_graph_max_tokens: config.cuda_graph_max_tokens,
+        attention_backend: config.attention_backend.map(|b| b.as_str()),
         count: config.local_workers(),
     };
     let mut local = Vec::new();

@@ -30,6 +30,10 @@ pub struct LaunchSpec {
     pub chunk_size: Option<u32>,
     pub mixed_chunk_size: Option<u32>,
     pub schedule_policy: Option<&'static str>,
+    pub kv_tokens: Option<u64>,
+    pub cuda_graph_max_bs: Option<u32>,
+    pub cuda_graph_max_tokens: Option<u32>,
+    pub attention_backend: Option<&'static str>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -64,16 +68,21 @@ impl LaunchSpec {
         ]);
         // The flags the user set; the worker's own defaults for the rest.
         let number = |v: Option<u32>| v.map(|v| v.to_string());
+        let name = |v: Option<&str>| v.map(str::to_string);
         let optional = [
             ("--page-size", number(self.page_size)),
             ("--max-running", number(self.max_running)),
-            ("--cache", self.cache.map(str::to_string)),
+            ("--cache", name(self.cache)),
             ("--chunk-size", number(self.chunk_size)),
             ("--mixed-chunk-size", number(self.mixed_chunk_size)),
+            ("--schedule-policy", name(self.schedule_policy)),
+            ("--kv-tokens", self.kv_tokens.map(|v| v.to_string())),
+            ("--cuda-graph-max-bs", number(self.cuda_graph_max_bs)),
             (
-                "--schedule-policy",
-                self.schedule_policy.map(str::to_string),
+                "--cuda-graph-max-tokens",
+                number(self.cuda_graph_max_tokens),
             ),
+            ("--attention-backend", name(self.attention_backend)),
         ];
         for (flag, value) in optional {
             if let Some(value) = value {
@@ -251,6 +260,10 @@ mod tests {
             chunk_size: None,
             mixed_chunk_size: Some(256),
             schedule_policy: None,
+            kv_tokens: None,
+            cuda_graph_max_bs: Some(0),
+            cuda_graph_max_tokens: None,
+            attention_backend: Some("torch"),
             count,
         }
     }
@@ -304,7 +317,11 @@ mod tests {
                 "--cache",
                 "naive",
                 "--mixed-chunk-size",
-                "256"
+                "256",
+                "--cuda-graph-max-bs",
+                "0",
+                "--attention-backend",
+                "torch"
             ]
         );
     }

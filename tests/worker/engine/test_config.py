@@ -1,4 +1,4 @@
-"""The piecewise-graph setting, where it is validated: EngineConfig and the worker CLI."""
+"""The CUDA-graph settings, where they are validated: EngineConfig and the worker CLI."""
 
 from __future__ import annotations
 
@@ -32,6 +32,17 @@ def test_worker_cli_takes_and_checks_cuda_graph_max_tokens(capsys: pytest.Captur
     with pytest.raises(SystemExit):
         parse_args([*base, "--cuda-graph-max-tokens", "8"])
     assert "must be -1, 0 or >= 16; got 8" in capsys.readouterr().err
+
+
+def test_worker_cli_checks_cuda_graph_max_bs(capsys: pytest.CaptureFixture) -> None:
+    base = ["--model", "m", "--listen", "ipc:///tmp/x"]
+    assert parse_args(base).cuda_graph_max_bs == -1
+    assert parse_args([*base, "--cuda-graph-max-bs", "0"]).cuda_graph_max_bs == 0
+    assert parse_args([*base, "--cuda-graph-max-bs", "64"]).cuda_graph_max_bs == 64
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--cuda-graph-max-bs", "-2"])
+    assert "--cuda-graph-max-bs: must be -1 (auto), 0 (none) or >= 1; got -2" in (
+        capsys.readouterr().err)
 
 
 def test_piece_sizes_step_by_16_up_to_the_limit() -> None:
