@@ -87,7 +87,9 @@ class Sampler:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
-        logits.div_(self._tensor(temps, torch.float32)[:, None])
+        # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
+        # then see the same scaled logits, bit for bit.
+        logits.mul_(self._tensor(temps, torch.float32).reciprocal()[:, None])
         tokens = logits.argmax(-1)
         rows = [i for i, r in enumerate(reqs) if not r.sampling.is_greedy]
         if len(rows) == len(reqs):
