@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from stream_overlap import capture
 from triton.testing import do_bench
 
 DEV = torch.device("cuda")
@@ -84,15 +85,7 @@ def step_graph(layers: list[Layer], m: int, kv: torch.Tensor, prefetch: bool,
             if prefetch:
                 torch.cuda.current_stream().wait_stream(side)
 
-    s = torch.cuda.Stream(DEV)
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()  # warm-up: cuBLAS workspace, Triton compile
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph
+    return capture(run)  # after a warm-up run (cuBLAS workspace, Triton compiles)
 
 
 def main() -> None:
