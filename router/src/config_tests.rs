@@ -1,0 +1,131 @@
+//! Flag parsing: defaults, ranges, and the engine flags passed to spawned workers.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+    Config::try_parse_from(std::iter::once("minisgl-router").chain(args.iter().copied()))
+}
+
+#[test]
+fn defaults() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(
+        (c.host.as_str(), c.port, c.local_workers()),
+        ("127.0.0.1", 8000, 1)
+    );
+    assert_eq!(
+        (c.device, c.dtype, c.ready_timeout),
+        (Device::Auto, Dtype::Auto, 600)
+    );
+    assert!(c.model.is_none() && c.check().is_ok());
+    assert_eq!(c.max_requests.get(), 4096);
+}
+
+#[test]
+fn max_requests_must_be_positive() {
+    assert_eq!(
+        parse(&["--max-requests", "2"]).unwrap().max_requests.get(),
+        2
+    );
+    let err = parse(&["--max-requests", "0"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--max-requests"), "{err}");
+}
+
+#[test]
+fn remote_workers_replace_local_ones_unless_asked() {
+    let c = parse(&["--worker", "tcp://a:1", "--worker", "tcp://b:2"]).unwrap();
+    assert_eq!((c.local_workers(), c.remote_workers.len()), (0, 2));
+    let c = parse(&["--worker", "tcp://a:1", "--workers", "2"]).unwrap();
+    assert_eq!(c.local_workers(), 2);
+    assert!(parse(&["--workers", "0"]).unwrap().check().is_err());
+    assert!(parse(&["--worker", "a:1"])
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .contains("got a:1"));
+}
+
+#[test]
+fn enums_and_errors() {
+    let c = parse(&[
+        "--device",
+        "cuda",
+        "--dtype",
+        "bfloat16",
+        "--page-size",
+        "16",
+        "--cache",
+        "naive",
+        "--chunk-size",
+        "512",
+        "--mixed-chunk-size",
+        "128",
+        "--schedule-policy",
+        "lof",
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.device.as_str(), c.dtype.as_str(), c.page_size),
+        ("cuda", "bfloat16", Some(16))
+    );
+    assert_eq!((c.cache, c.chunk_size), (Some(Cache::Naive), Some(512)));
+    assert_eq!(
+        (c.mixed_chunk_size, c.schedule_policy),
+        (Some(128), Some(Policy::Lof))
+    );
+    let err = parse(&["--device", "tpu"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    for bad in [
+        ["--cache", "lru"],
+        ["--chunk-size", "0"],
+        ["--mixed-chunk-size", "0"],
+        ["--schedule-policy", "sjf"],
+    ] {
+        assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);
+    }
+    assert_eq!(parse(&["--help"]).unwrap_err().exit_code(), 0);
+}
+
+#[test]
+fn engine_flags_for_the_spawned_workers() {
+    let c = parse(&[
+        "--kv-tokens",
+        "100000",
+        "--cuda-graph-max-bs",
+        "0",
+        "--cuda-graph-max-tokens",
+        "256",
+        "--attention-backend",
+        "torch",
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.kv_tokens, c.cuda_graph_max_bs, c.cuda_graph_max_tokens),
+        (Some(100000), Some(0), Some(256))
+    );
+    assert_eq!(c.attention_backend, Some(AttentionBackend::Torch));
+    let c = parse(&[]).unwrap();
+    assert_eq!((c.kv_tokens, c.cuda_graph_max_tokens), (None, None));
+    assert_eq!(
+        parse(&["--cuda-graph-max-tokens", "0"])
+            .unwrap()
+            .cuda_graph_max_tokens,
+        Some(0)
+    );
+    let err = parse(&["--cuda-graph-max-tokens", "8"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    let text = err.to_string();
+    assert!(text.contains("--cuda-graph-max-tokens"), "{text}");
+    assert!(
+        text.contains("must be 0 (no piecewise graphs) or >= 16; got 8"),
+        "{text}"
+    );
+    for bad in [
+        ["--kv-tokens", "0"],
+        ["--cuda-graph-max-bs", "-1"],
+        ["--attention-backend", "fa3"],
+    ] {
+        assert_eq!(parse(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
+    }
+}
