@@ -1,0 +1,226 @@
+"""Could a Triton paged decode attention read the KV faster than FlashInfer's?
+
+FlashInfer's tensor-core decode reads the offline workload's KV at ~81% of copy bandwidth
+over the run (benches/RESULTS.md, "A decode step decomposed"). This bench is a candidate,
+not a worker kernel: split-KV decode attention over the pool's layout (pages, page_size,
+kv heads, head_dim), one program per (request, KV head, KV chunk) holding its whole GQA
+group, an online softmax over token blocks gathered through the page ids, then a merge
+pass over the chunks (none when one chunk covers every request). It times candidate
+settings against FlashInfer at the workload's steps, each in a CUDA graph, and checks the
+output against FlashInfer's.
+
+    python benches/triton_decode.py            # on the GPU
+    TRITON_INTERPRET=1 python benches/triton_decode.py --check   # CPU: against torch only
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BF16 = torch.bfloat16
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, out_ptr, acc_ptr,
+                    ml_ptr, scale_log2, chunk, max_splits,
+                    HKV: tl.constexpr, GROUP: tl.constexpr, GP: tl.constexpr,
+                    D: tl.constexpr, PAGE: tl.constexpr, BLOCK_T: tl.constexpr,
+                    SINGLE: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    kv_len = tl.load(lens_ptr + b)
+    start = s * chunk
+    end = tl.minimum(start + chunk, kv_len)  # <= start: an empty chunk, nothing stored
+    page_base = tl.load(indptr_ptr + b)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    heads = h * GROUP + g
+    q = tl.load(q_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
+                mask=(g < GROUP)[:, None], other=0.0)
+    m_i = tl.full((GP,), float("-inf"), tl.float32)
+    l_i = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, D), tl.float32)
+    for t0 in range(start, end, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        valid = t < end
+        page = tl.load(indices_ptr + page_base + t // PAGE, mask=valid, other=0)
+        row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
+        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), log2 units
+        qk = tl.where(valid[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    keep = (g < GROUP) & (start + g * 0 < kv_len)  # a tensor compare, for the mask's dtype
+    if SINGLE:
+        o = acc / l_i[:, None]
+        tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=keep[:, None])
+    else:
+        at = (b * max_splits + s) * HKV * GROUP + heads  # (batch, split, q head)
+        tl.store(acc_ptr + at[:, None] * D + d[None, :], acc, mask=keep[:, None])
+        tl.store(ml_ptr + at * 2, m_i, mask=keep)
+        tl.store(ml_ptr + at * 2 + 1, l_i, mask=keep)
+
+
+@triton.jit
+def _merge_kernel(acc_ptr, ml_ptr, lens_ptr, out_ptr, chunk, max_splits, HQ: tl.constexpr,
+                  D: tl.constexpr, SP: tl.constexpr):
+    b = tl.program_id(0)
+    hq = tl.program_id(1)
+    kv_len = tl.load(lens_ptr + b)
+    s = tl.arange(0, SP)
+    used = (s < max_splits) & (s * chunk < kv_len)
+    at = (b * max_splits + s) * HQ + hq
+    m = tl.load(ml_ptr + at * 2, mask=used, other=float("-inf"))
+    l_ = tl.load(ml_ptr + at * 2 + 1, mask=used, other=0.0)
+    w = tl.math.exp2(m - tl.max(m, 0))
+    w = tl.where(used, w, 0.0)
+    d = tl.arange(0, D)
+    acc = tl.load(acc_ptr + at[:, None] * D + d[None, :], mask=used[:, None], other=0.0)
+    o = tl.sum(acc * w[:, None], 0) / tl.sum(l_ * w, 0)
+    tl.store(out_ptr + (b * HQ + hq) * D + d, o.to(out_ptr.dtype.element_ty))
+
+
+class TritonDecode:
+    """Buffers and launches for one batch shape: `run()` writes `out` (B, Hq, D)."""
+
+    def __init__(self, q, k, v, indptr, indices, lens, chunk: int, block_t: int,
+                 stages: int, max_len: int) -> None:
+        self.q, self.k, self.v = q, k, v
+        self.indptr, self.indices, self.lens = indptr, indices, lens
+        self.batch, self.hq, self.d = q.shape
+        self.hkv, self.page = k.shape[2], k.shape[1]
+        self.chunk = max(block_t, min(chunk, max_len))
+        self.splits = -(-max_len // self.chunk)
+        self.block_t, self.stages = block_t, stages
+        self.out = torch.empty_like(q)
+        rows = self.batch * self.splits * self.hq
+        self.acc = torch.empty(rows, self.d, device=q.device, dtype=torch.float32)
+        self.ml = torch.empty(rows, 2, device=q.device, dtype=torch.float32)
+        self.scale_log2 = LOG2E / math.sqrt(self.d)
+
+    def run(self) -> torch.Tensor:
+        group = self.hq // self.hkv
+        single = self.splits == 1
+        _partial_kernel[(self.batch, self.hkv, self.splits)](
+            self.q, self.k, self.v, self.indptr, self.indices, self.lens, self.out, self.acc,
+            self.ml, self.scale_log2, self.chunk, self.splits, HKV=self.hkv, GROUP=group,
+            GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page,
+            BLOCK_T=self.block_t, SINGLE=single, num_warps=4, num_stages=self.stages)
+        if not single:
+            _merge_kernel[(self.batch, self.hq)](
+                self.acc, self.ml, self.lens, self.out, self.chunk, self.splits, HQ=self.hq,
+                D=self.d, SP=triton.next_power_of_2(self.splits), num_warps=4)
+        return self.out
+
+
+def paged_batch(kv_lens: list[int], hq: int, hkv: int, d: int, page: int, device,
+                dtype: torch.dtype = BF16):
+    """Random q and a shuffled page pool holding each request's KV -> (q, k, v, indptr,
+    indices, lens) in FlashInfer's CSR page layout (int32)."""
+    pages = [-(-n // page) for n in kv_lens]
+    total = sum(pages)
+    indices = torch.randperm(total, dtype=torch.int32).to(device)
+    indptr = torch.tensor([0] + pages, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    k = torch.randn(total, page, hkv, d, dtype=dtype, device=device)
+    v = torch.randn_like(k)
+    q = torch.randn(len(kv_lens), hq, d, dtype=dtype, device=device)
+    lens = torch.tensor(kv_lens, dtype=torch.int32, device=device)
+    return q, k, v, indptr.to(device), indices, lens
+
+
+def reference(q, k, v, indptr, indices, lens) -> torch.Tensor:
+    """Per request, torch attention over its gathered K and V (float32)."""
+    out = torch.empty_like(q, dtype=torch.float32)
+    hkv = k.shape[2]
+    group = q.shape[1] // hkv
+    for b in range(q.shape[0]):
+        ids = indices[int(indptr[b]) : int(indptr[b + 1])].long()
+        n = int(lens[b])
+        kb = k[ids].reshape(-1, hkv, q.shape[2])[:n].float().repeat_interleave(group, 1)
+        vb = v[ids].reshape(-1, hkv, q.shape[2])[:n].float().repeat_interleave(group, 1)
+        s = torch.einsum("hd,thd->ht", q[b].float(), kb) / math.sqrt(q.shape[2])
+        out[b] = torch.einsum("ht,thd->hd", s.softmax(-1), vb)
+    return out
+
+
+def check(device: torch.device) -> None:
+    """Against torch on small ragged batches, split and unsplit. (The CPU interpreter runs
+    float16: it mishandles bf16.)"""
+    torch.manual_seed(0)
+    dtype = BF16 if device.type == "cuda" else torch.float16
+    for kv_lens, chunk in (([1, 17, 100], 32), ([5, 64, 33, 200], 1024), ([300], 64)):
+        batch = paged_batch(kv_lens, 4, 2, 128, 16, device, dtype)
+        ref = reference(*batch)
+        for block_t in (16, 32):
+            out = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=2,
+                               max_len=max(kv_lens)).run()
+            err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+            print(f"lens {kv_lens} chunk {chunk} block {block_t}: relative error {err:.1e}")
+            assert err < 2e-2, err
+
+
+def bench() -> None:
+    import sys
+    from pathlib import Path
+
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from attention_kernels import bench_graph_decode, workload_step
+    from stream_overlap import capture
+
+    dev = torch.device("cuda")
+    print("| step | running | kernel | chunk | block | stages | us | GB/s | error vs torch |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for step in (0, 400, 900):
+        kv_lens = workload_step(step)
+        batch = paged_batch(kv_lens, 16, 8, 128, 16, dev)
+        nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+        q, k, v, indptr, indices, lens = batch
+        some = list(range(0, len(kv_lens), max(1, len(kv_lens) // 8)))  # rows to check
+        ref = torch.stack([reference(q[r : r + 1], k, v, indptr[r : r + 2], indices,
+                                     lens[r : r + 1])[0] for r in some])
+        for variant in ("tc-whole", "tc-split"):
+            if variant == "tc-whole" and len(kv_lens) <= 56:
+                continue
+            row = bench_graph_decode("qwen3-0.6b", step, variant)
+            print(f"| {step} | {len(kv_lens)} | FlashInfer {variant} | | | | "
+                  f"{1e3 * row['ms']:.1f} | {row['GB/s']:.0f} | |")
+        for chunk in (1 << 20, 512, 256):
+            for block_t, stages in ((32, 2), (64, 2), (64, 3)):
+                t = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=stages,
+                                 max_len=max(kv_lens))
+                t.run()
+                err = ((t.out[some].float() - ref).abs().max() / ref.abs().max()).item()
+                ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
+                label = "one chunk" if t.splits == 1 else str(t.chunk)
+                print(f"| {step} | {len(kv_lens)} | Triton | {label} | {block_t} | {stages} | "
+                      f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | {err:.1e} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="correctness against torch only")
+    args = p.parse_args()
+    if args.check:
+        check(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    else:
+        check(torch.device("cuda"))
+        bench()
+
+
+if __name__ == "__main__":
+    main()
