@@ -109,7 +109,9 @@ def workload_step(step: int) -> list[int]:
 def bench_graph_decode(layout: str, step: int, variant: str) -> dict[str, object]:
     """One layer's decode attention as a CUDA-graph replay at the workload's `step`, padded
     to the engine's graph size, for a graph variant: "tc-split" / "tc-whole" (tensor-core
-    kernel, KV split or not; what the engine captures) or "cc-split" (CUDA-core kernel)."""
+    kernel, KV split or not; what the engine captures), "cc-split" (CUDA-core kernel) or
+    "xqa" (TensorRT-LLM's kernel, no plan; its error against the CUDA-core output is
+    reported)."""
     import flashinfer
     from minisgl_worker.engine.graph import graph_batch_sizes
     hq, hkv, d = LAYOUTS[layout]

@@ -7,7 +7,8 @@ FlashInfer's norm and activation kernels, which launch with PDL on SM90) over 28
 distinct weights in one CUDA graph, with the GEMMs done by:
 
 - cublas: F.linear, what the worker runs;
-- triton: a plain Triton GEMM (tile chosen per shape from a few);
+- triton: a plain Triton GEMM (tile chosen per shape from a few): gemm_small_m.py's `_mm`
+  without split-K, kept separate because the PDL variant below changes its prologue;
 - triton-pdl: the same kernel launched with PDL: its programs start while the previous
   kernel drains, load their first weight tile, then wait (griddepcontrol.wait) before
   reading the activations, and let the next kernel launch early.
