@@ -27,13 +27,15 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, out_ptr, acc_ptr,
-                    ml_ptr, scale_log2, chunk, max_splits,
+def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, order_ptr, out_ptr,
+                    acc_ptr, ml_ptr, scale_log2, chunk, max_splits,
                     HKV: tl.constexpr, GROUP: tl.constexpr, GP: tl.constexpr,
                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_T: tl.constexpr,
-                    SINGLE: tl.constexpr):
-    b = tl.program_id(0)
-    h = tl.program_id(1)
+                    SINGLE: tl.constexpr, HEAD_MAJOR: tl.constexpr, EVICT: tl.constexpr):
+    # Programs run in `order` (longest request first); with HEAD_MAJOR a request's KV heads
+    # are neighbours in the launch, so they read its pages at about the same time.
+    b = tl.load(order_ptr + tl.program_id(1 if HEAD_MAJOR else 0))
+    h = tl.program_id(0 if HEAD_MAJOR else 1)
     s = tl.program_id(2)
     kv_len = tl.load(lens_ptr + b)
     start = s * chunk
@@ -52,8 +54,10 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, out_
         valid = t < end
         page = tl.load(indices_ptr + page_base + t // PAGE, mask=valid, other=0)
         row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
-        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0,
+                    eviction_policy=EVICT)
+        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0,
+                    eviction_policy=EVICT)
         qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), log2 units
         qk = tl.where(valid[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -97,14 +101,18 @@ class TritonDecode:
     """Buffers and launches for one batch shape: `run()` writes `out` (B, Hq, D)."""
 
     def __init__(self, q, k, v, indptr, indices, lens, chunk: int, block_t: int,
-                 stages: int, max_len: int) -> None:
+                 stages: int, max_len: int, warps: int = 4, longest_first: bool = False,
+                 head_major: bool = False, evict: str = "") -> None:
         self.q, self.k, self.v = q, k, v
         self.indptr, self.indices, self.lens = indptr, indices, lens
         self.batch, self.hq, self.d = q.shape
         self.hkv, self.page = k.shape[2], k.shape[1]
         self.chunk = max(block_t, min(chunk, max_len))
         self.splits = -(-max_len // self.chunk)
-        self.block_t, self.stages = block_t, stages
+        self.block_t, self.stages, self.warps = block_t, stages, warps
+        self.head_major, self.evict = head_major, evict
+        self.order = (torch.argsort(lens, descending=True) if longest_first else
+                      torch.arange(len(lens), device=lens.device)).to(torch.int32)
         self.out = torch.empty_like(q)
         rows = self.batch * self.splits * self.hq
         self.acc = torch.empty(rows, self.d, device=q.device, dtype=torch.float32)
@@ -114,11 +122,13 @@ class TritonDecode:
     def run(self) -> torch.Tensor:
         group = self.hq // self.hkv
         single = self.splits == 1
-        _partial_kernel[(self.batch, self.hkv, self.splits)](
-            self.q, self.k, self.v, self.indptr, self.indices, self.lens, self.out, self.acc,
-            self.ml, self.scale_log2, self.chunk, self.splits, HKV=self.hkv, GROUP=group,
-            GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page,
-            BLOCK_T=self.block_t, SINGLE=single, num_warps=4, num_stages=self.stages)
+        grid = (self.hkv, self.batch) if self.head_major else (self.batch, self.hkv)
+        _partial_kernel[(*grid, self.splits)](
+            self.q, self.k, self.v, self.indptr, self.indices, self.lens, self.order, self.out,
+            self.acc, self.ml, self.scale_log2, self.chunk, self.splits, HKV=self.hkv,
+            GROUP=group, GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page,
+            BLOCK_T=self.block_t, SINGLE=single, HEAD_MAJOR=self.head_major, EVICT=self.evict,
+            num_warps=self.warps, num_stages=self.stages)
         if not single:
             _merge_kernel[(self.batch, self.hq)](
                 self.acc, self.ml, self.lens, self.out, self.chunk, self.splits, HQ=self.hq,
@@ -166,7 +176,8 @@ def check(device: torch.device) -> None:
         ref = reference(*batch)
         for block_t in (16, 32):
             out = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=2,
-                               max_len=max(kv_lens)).run()
+                               max_len=max(kv_lens), longest_first=block_t == 32,
+                               head_major=block_t == 32).run()
             err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             print(f"lens {kv_lens} chunk {chunk} block {block_t}: relative error {err:.1e}")
             assert err < 2e-2, err
@@ -183,8 +194,8 @@ def bench() -> None:
     from stream_overlap import capture
 
     dev = torch.device("cuda")
-    print("| step | running | kernel | chunk | block | stages | us | GB/s | error vs torch |")
-    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| step | running | kernel | chunk | block | stages | warps | us | GB/s | error vs torch |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for step in (0, 400, 900):
         kv_lens = workload_step(step)
         batch = paged_batch(kv_lens, 16, 8, 128, 16, dev)
@@ -197,18 +208,27 @@ def bench() -> None:
             if variant == "tc-whole" and len(kv_lens) <= 56:
                 continue
             row = bench_graph_decode("qwen3-0.6b", step, variant)
-            print(f"| {step} | {len(kv_lens)} | FlashInfer {variant} | | | | "
+            print(f"| {step} | {len(kv_lens)} | FlashInfer {variant} | | | | | "
                   f"{1e3 * row['ms']:.1f} | {row['GB/s']:.0f} | |")
-        for chunk in (1 << 20, 512, 256):
-            for block_t, stages in ((32, 2), (64, 2), (64, 3)):
-                t = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=stages,
-                                 max_len=max(kv_lens))
-                t.run()
-                err = ((t.out[some].float() - ref).abs().max() / ref.abs().max()).item()
-                ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
-                label = "one chunk" if t.splits == 1 else str(t.chunk)
-                print(f"| {step} | {len(kv_lens)} | Triton | {label} | {block_t} | {stages} | "
-                      f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | {err:.1e} |")
+        whole = 1 << 20
+        variants = [  # chunk, block, stages, warps, longest first, head-major, eviction
+            (whole, 64, 2, 4, False, False, ""), (whole, 128, 2, 8, True, False, ""),
+            (whole, 64, 2, 8, True, False, ""), (whole, 128, 2, 4, True, False, ""),
+            (whole, 128, 2, 8, True, True, ""), (whole, 128, 2, 8, True, False, "evict_first"),
+            (whole, 128, 2, 8, True, True, "evict_first"), (whole, 256, 1, 8, True, True, ""),
+            (whole, 32, 3, 4, True, True, ""), (256, 128, 2, 8, True, True, "")]
+        for chunk, block_t, stages, warps, lpt, head_major, evict in variants:
+            t = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=stages,
+                             max_len=max(kv_lens), warps=warps, longest_first=lpt,
+                             head_major=head_major, evict=evict)
+            t.run()
+            err = ((t.out[some].float() - ref).abs().max() / ref.abs().max()).item()
+            ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
+            label = "one chunk" if t.splits == 1 else str(t.chunk)
+            kind = ", ".join(["Triton"] + ["longest first"] * lpt + ["head-major"] * head_major
+                             + [evict] * bool(evict))
+            print(f"| {step} | {len(kv_lens)} | {kind} | {label} | {block_t} | {stages} | "
+                  f"{warps} | {1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | {err:.1e} |")
 
 
 def main() -> None:

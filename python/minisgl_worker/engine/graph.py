@@ -11,8 +11,8 @@ into the pool's dummy page and attend over it only. Attention is re-planned for 
 batch before every replay (`plan_cuda_graph`).
 
 Sizes from WHOLE_KV_MIN_BS up have a second graph whose attention does not split the KV
-(no merge kernel, ~4 us a layer): the backend picks it per step when the batch's lengths
-are even enough (`FlashInferBackend.split_kv_for`)."""
+(attention/triton_decode.py: no merge kernel, longest requests first): the backend picks it
+per step when the batch's lengths are even enough (`FlashInferBackend.split_kv_for`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ from .static_inputs import StaticInputs
 logger = logging.getLogger(__name__)
 
 ModelFn = Callable[..., torch.Tensor]  # (input_ids, positions, logits_indices, logits_out)
-WHOLE_KV_MIN_BS = 64  # x KV heads: enough (request, head) CTAs to fill an H200 unsplit
+# x KV heads: enough (request, head) programs to fill an H200 unsplit. At 37 requests the
+# whole-KV kernel took 75.6 us against FlashInfer's split-KV 87.5 (benches/triton_decode.py).
+WHOLE_KV_MIN_BS = 32
 
 
 def graph_batch_sizes(max_bs: int) -> list[int]:

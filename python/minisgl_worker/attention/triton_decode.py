@@ -1,0 +1,110 @@
+"""Whole-KV paged decode attention in Triton, for the decode CUDA graphs of large batches.
+
+One program per (request, KV head) reads that head's K and V in BLOCK_T-token tiles gathered
+through the page ids, holds its whole GQA group, and keeps an online softmax: no split, so
+no merge kernel. Programs start with the longest request (`order`, sorted on the host at
+plan time), so the long ones do not run alone at the end of the kernel.
+
+Against FlashInfer's tensor-core whole-KV decode, replayed in CUDA graphs at the offline
+workload's steps (Qwen3-0.6B's layout, page 16; benches/triton_decode.py, RESULTS.md):
+3.77 vs 3.61 TB/s at 256 requests, 3.73 vs 3.65 at 153, and 75.6 vs 87.5 us (FlashInfer
+split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
+(benches/read_floor.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+BLOCK_T, NUM_WARPS, NUM_STAGES = 128, 4, 2  # the bench's best at every step it timed
+
+
+@triton.jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2,
+                   q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
+                   GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr):
+    # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
+    b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
+    h = tl.program_id(1)
+    first_page = tl.load(meta_ptr + b)
+    num_pages = tl.load(meta_ptr + b + 1) - first_page
+    kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    heads = h * GROUP + g
+    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
+                mask=(g < GROUP)[:, None], other=0.0)
+    m_i = tl.full((GP,), float("-inf"), tl.float32)
+    l_i = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, D), tl.float32)
+    for t0 in range(0, kv_len, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        valid = t < kv_len
+        page = tl.load(indices_ptr + first_page + t // PAGE, mask=valid, other=0)
+        row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
+        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), in log2 units
+        qk = tl.where(valid[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+
+
+class WholeKVDecode:
+    """The kernel's fixed buffers for decode batches of exactly `batch_size` rows: `plan`
+    (host, before capture and before every replay) fills them, `run` (capturable) attends.
+    `indices` is the device buffer of page ids that the caller fills."""
+
+    def __init__(self, batch_size: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+                 page_size: int, sm_scale: float, indices: torch.Tensor) -> None:
+        assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
+        assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} is not a power of 2"
+        self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
+        self.page_size, self.indices = page_size, indices
+        self.scale_log2 = sm_scale * LOG2E
+        self._host = torch.empty(3 * batch_size + 1, dtype=torch.int32,
+                                 pin_memory=indices.is_cuda)
+        self._meta = torch.empty_like(self._host, device=indices.device)
+
+    def plan(self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor) -> None:
+        """Host int32 metadata of the padded batch. The caller has waited for the previous
+        plan's copy (the pinned buffer is reused)."""
+        bs = self.bs
+        assert kv_last_page_len.numel() == bs, (kv_last_page_len.numel(), bs)
+        indptr, last = kv_indptr.numpy(), kv_last_page_len.numpy()
+        lens = (np.diff(indptr) - 1) * self.page_size + last
+        host = self._host.numpy()
+        host[: bs + 1], host[bs + 1 : 2 * bs + 1] = indptr, last
+        host[2 * bs + 1 :] = np.argsort(-lens, kind="stable")
+        self._meta.copy_(self._host, non_blocking=True)
+
+    def run(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        """q (bs, Hq, D), rows and heads strided as given (the last dim contiguous); kv_cache
+        one layer's k and v, each (pages, page_size, Hkv, D) -> out (bs, Hq, D), contiguous.
+        (FlashInfer's wrappers' signature.)"""
+        k_cache, v_cache = kv_cache
+        assert q.shape == (self.bs, self.hq, self.d) and q.stride(2) == 1, q.shape
+        assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        if out is None:
+            out = torch.empty((self.bs, self.hq, self.d), dtype=q.dtype, device=q.device)
+        assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
+        group = self.hq // self.hkv
+        _decode_kernel[(self.bs, self.hkv)](
+            q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2,
+            q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
+            GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
+            BLOCK_T=BLOCK_T, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        return out

@@ -1,0 +1,70 @@
+"""The whole-KV Triton decode kernel (attention/triton_decode.py) against a float32 torch
+reference, on CPU through Triton's interpreter (in a subprocess: TRITON_INTERPRET must be set
+before the kernel is defined). float16, because the interpreter mishandles bf16 dots. The
+GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's whole-KV case."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
+    (16, 8, 128, 16, [1, 17, 128, 129, 300]),  # Qwen3-0.6B's heads; 1: a padding row
+    (9, 3, 64, 1, [200, 1, 5]),  # SmolLM2's, page size 1
+    (32, 8, 128, 16, [64, 640]),  # Llama-3.1-8B's
+]
+
+
+def _reference(q, k, v, indptr, indices, lens) -> torch.Tensor:
+    out = torch.empty(q.shape, dtype=torch.float32)
+    hkv, d = k.shape[2:]
+    group = q.shape[1] // hkv
+    for b, n in enumerate(lens):
+        ids = indices[indptr[b] : indptr[b + 1]].long()
+        kb = k[ids].reshape(-1, hkv, d)[:n].float().repeat_interleave(group, 1)
+        vb = v[ids].reshape(-1, hkv, d)[:n].float().repeat_interleave(group, 1)
+        s = torch.einsum("hd,thd->ht", q[b].float(), kb) / math.sqrt(d)
+        out[b] = torch.einsum("ht,thd->hd", s.softmax(-1), vb)
+    return out
+
+
+def check() -> None:
+    from minisgl_worker.attention.triton_decode import WholeKVDecode
+
+    torch.manual_seed(0)
+    for hq, hkv, d, page, lens in CASES:
+        pages = [-(-n // page) for n in lens]
+        num_pages = sum(pages) + 3
+        k = torch.randn(num_pages, page, hkv, d, dtype=torch.float16)
+        v = torch.randn_like(k)
+        indices = torch.randperm(num_pages, dtype=torch.int32)[: sum(pages)]
+        indptr = torch.tensor([0] + pages, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, pages)], dtype=torch.int32)
+        # q as the engine passes it: a strided view of the fused qkv projection's output
+        qkv = torch.randn(len(lens), (hq + 2 * hkv) * d, dtype=torch.float16)
+        q = qkv[:, : hq * d].view(len(lens), hq, d)
+        attn = WholeKVDecode(len(lens), hq, hkv, d, page, d**-0.5, indices.clone())
+        attn.plan(indptr, last)
+        order = attn._meta[2 * len(lens) + 1 :].tolist()
+        assert [lens[i] for i in order] == sorted(lens, reverse=True), order
+        out = attn.run(q, (k, v))
+        ref = _reference(q, k, v, indptr, indices, lens)
+        err = float((out.float() - ref).norm() / ref.norm())
+        print(f"heads {hq}/{hkv} d {d} page {page} lens {lens}: relative error {err:.1e}")
+        assert err < 5e-3, err
+
+
+def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("relative error") == len(CASES), done.stdout
+
+
+if __name__ == "__main__":
+    check()
