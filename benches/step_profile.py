@@ -147,7 +147,7 @@ def main() -> None:
     p.add_argument("--mixed-chunk-size", type=int, default=None,
                    help="prefill tokens beside decodes (default: the chunk size)")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
-    p.add_argument("--profile-steps", type=int, default=20)
+    p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
     p.add_argument("--rows", help="write the timed run's batches here, one JSON line each")
     args = p.parse_args()
@@ -158,7 +158,7 @@ def main() -> None:
     prompts, params = workload(256)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)
-    for run in ("timed", "profiled"):
+    for run in ("timed", "profiled") if args.profile_steps else ("timed",):
         drop_prefix_cache(llm)
         timer.reset()
         if run == "profiled":

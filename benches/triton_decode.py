@@ -1,15 +1,16 @@
 """Could a Triton paged decode attention read the KV faster than FlashInfer's?
 
-FlashInfer's tensor-core decode reads the offline workload's KV at ~81% of copy bandwidth
-over the run (benches/RESULTS.md, "A decode step decomposed"). This bench is a candidate,
-not a worker kernel: split-KV decode attention over the pool's layout (pages, page_size,
-kv heads, head_dim), one program per (request, KV head, KV chunk) holding its whole GQA
-group, an online softmax over token blocks gathered through the page ids, then a merge
-pass over the chunks (none when one chunk covers every request). It times candidate
-settings against FlashInfer at the workload's steps, each in a CUDA graph, and checks the
-output against FlashInfer's.
+Candidates for the worker's whole-KV decode kernel (python/minisgl_worker/attention/
+triton_decode.py is the one chosen from here: one chunk, block 128, 2 stages, 4 warps,
+longest request first). Split-KV decode attention over the pool's layout (pages,
+page_size, kv heads, head_dim), one program per (request, KV head, KV chunk) holding its
+whole GQA group, an online softmax over token blocks gathered through the page ids, then a
+merge pass over the chunks (none when one chunk covers every request). It times candidate
+settings against FlashInfer at the offline workload's steps, each in a CUDA graph, and checks
+the output against torch's. "no softmax" is a diagnostic (the loop's loads and dots only,
+wrong output): what the softmax costs.
 
-    python benches/triton_decode.py            # on the GPU
+    python benches/triton_decode.py [--layout llama-3.1-8b]   # on the GPU
     TRITON_INTERPRET=1 python benches/triton_decode.py --check   # CPU: against torch only
 """
 
@@ -31,11 +32,11 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
                     acc_ptr, ml_ptr, scale_log2, chunk, max_splits,
                     HKV: tl.constexpr, GROUP: tl.constexpr, GP: tl.constexpr,
                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_T: tl.constexpr,
-                    SINGLE: tl.constexpr, HEAD_MAJOR: tl.constexpr, EVICT: tl.constexpr):
-    # Programs run in `order` (longest request first); with HEAD_MAJOR a request's KV heads
-    # are neighbours in the launch, so they read its pages at about the same time.
-    b = tl.load(order_ptr + tl.program_id(1 if HEAD_MAJOR else 0))
-    h = tl.program_id(0 if HEAD_MAJOR else 1)
+                    SINGLE: tl.constexpr, SOFTMAX: tl.constexpr):
+    # Programs run in `order` (longest request first when the caller sorts it). Without
+    # SOFTMAX (a diagnostic, wrong output) the loop keeps its loads and dots only.
+    b = tl.load(order_ptr + tl.program_id(0))
+    h = tl.program_id(1)
     s = tl.program_id(2)
     kv_len = tl.load(lens_ptr + b)
     start = s * chunk
@@ -54,18 +55,20 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
         valid = t < end
         page = tl.load(indices_ptr + page_base + t // PAGE, mask=valid, other=0)
         row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
-        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0,
-                    eviction_policy=EVICT)
-        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0,
-                    eviction_policy=EVICT)
+        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
         qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), log2 units
-        qk = tl.where(valid[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        if SOFTMAX:
+            qk = tl.where(valid[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        else:
+            acc += tl.dot(qk.to(v.dtype), v)
+            l_i += 1.0
     keep = (g < GROUP) & (start + g * 0 < kv_len)  # a tensor compare, for the mask's dtype
     if SINGLE:
         o = acc / l_i[:, None]
@@ -102,7 +105,7 @@ class TritonDecode:
 
     def __init__(self, q, k, v, indptr, indices, lens, chunk: int, block_t: int,
                  stages: int, max_len: int, warps: int = 4, longest_first: bool = False,
-                 head_major: bool = False, evict: str = "") -> None:
+                 softmax: bool = True) -> None:
         self.q, self.k, self.v = q, k, v
         self.indptr, self.indices, self.lens = indptr, indices, lens
         self.batch, self.hq, self.d = q.shape
@@ -110,7 +113,7 @@ class TritonDecode:
         self.chunk = max(block_t, min(chunk, max_len))
         self.splits = -(-max_len // self.chunk)
         self.block_t, self.stages, self.warps = block_t, stages, warps
-        self.head_major, self.evict = head_major, evict
+        self.softmax = softmax
         self.order = (torch.argsort(lens, descending=True) if longest_first else
                       torch.arange(len(lens), device=lens.device)).to(torch.int32)
         self.out = torch.empty_like(q)
@@ -122,13 +125,11 @@ class TritonDecode:
     def run(self) -> torch.Tensor:
         group = self.hq // self.hkv
         single = self.splits == 1
-        grid = (self.hkv, self.batch) if self.head_major else (self.batch, self.hkv)
-        _partial_kernel[(*grid, self.splits)](
+        _partial_kernel[(self.batch, self.hkv, self.splits)](
             self.q, self.k, self.v, self.indptr, self.indices, self.lens, self.order, self.out,
             self.acc, self.ml, self.scale_log2, self.chunk, self.splits, HKV=self.hkv,
             GROUP=group, GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page,
-            BLOCK_T=self.block_t, SINGLE=single, HEAD_MAJOR=self.head_major, EVICT=self.evict,
-            num_warps=self.warps, num_stages=self.stages)
+            BLOCK_T=self.block_t, SINGLE=single, SOFTMAX=self.softmax, num_warps=self.warps, num_stages=self.stages)
         if not single:
             _merge_kernel[(self.batch, self.hq)](
                 self.acc, self.ml, self.lens, self.out, self.chunk, self.splits, HQ=self.hq,
@@ -176,14 +177,13 @@ def check(device: torch.device) -> None:
         ref = reference(*batch)
         for block_t in (16, 32):
             out = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=2,
-                               max_len=max(kv_lens), longest_first=block_t == 32,
-                               head_major=block_t == 32).run()
+                               max_len=max(kv_lens), longest_first=block_t == 32).run()
             err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             print(f"lens {kv_lens} chunk {chunk} block {block_t}: relative error {err:.1e}")
             assert err < 2e-2, err
 
 
-def bench() -> None:
+def bench(layout: str) -> None:
     import sys
     from pathlib import Path
 
@@ -198,7 +198,8 @@ def bench() -> None:
     print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for step in (0, 400, 900):
         kv_lens = workload_step(step)
-        batch = paged_batch(kv_lens, 16, 8, 128, 16, dev)
+        hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+        batch = paged_batch(kv_lens, hq, 8, 128, 16, dev)
         nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
         q, k, v, indptr, indices, lens = batch
         some = list(range(0, len(kv_lens), max(1, len(kv_lens) // 8)))  # rows to check
@@ -207,39 +208,39 @@ def bench() -> None:
         for variant in ("tc-whole", "tc-split"):
             if variant == "tc-whole" and len(kv_lens) <= 56:
                 continue
-            row = bench_graph_decode("qwen3-0.6b", step, variant)
+            row = bench_graph_decode(layout, step, variant)
             print(f"| {step} | {len(kv_lens)} | FlashInfer {variant} | | | | | "
                   f"{1e3 * row['ms']:.1f} | {row['GB/s']:.0f} | |")
         whole = 1 << 20
-        variants = [  # chunk, block, stages, warps, longest first, head-major, eviction
-            (whole, 64, 2, 4, False, False, ""), (whole, 128, 2, 8, True, False, ""),
-            (whole, 64, 2, 8, True, False, ""), (whole, 128, 2, 4, True, False, ""),
-            (whole, 128, 2, 8, True, True, ""), (whole, 128, 2, 8, True, False, "evict_first"),
-            (whole, 128, 2, 8, True, True, "evict_first"), (whole, 256, 1, 8, True, True, ""),
-            (whole, 32, 3, 4, True, True, ""), (256, 128, 2, 8, True, True, "")]
-        for chunk, block_t, stages, warps, lpt, head_major, evict in variants:
+        variants = [  # chunk, block, stages, warps, longest first, softmax
+            (whole, 128, 2, 4, False, True), (whole, 128, 2, 4, True, True),
+            (whole, 128, 1, 4, True, True), (whole, 64, 2, 4, True, True),
+            (whole, 128, 2, 4, True, False), (whole, 64, 2, 4, True, False),
+            (whole, 64, 3, 4, True, False), (256, 128, 2, 4, True, True)]
+        for chunk, block_t, stages, warps, lpt, softmax in variants:
             t = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=stages,
                              max_len=max(kv_lens), warps=warps, longest_first=lpt,
-                             head_major=head_major, evict=evict)
+                             softmax=softmax)
             t.run()
             err = ((t.out[some].float() - ref).abs().max() / ref.abs().max()).item()
             ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
             label = "one chunk" if t.splits == 1 else str(t.chunk)
-            kind = ", ".join(["Triton"] + ["longest first"] * lpt + ["head-major"] * head_major
-                             + [evict] * bool(evict))
+            kind = ", ".join(["Triton"] + ["longest first"] * lpt + ["no softmax"] * (not softmax))
             print(f"| {step} | {len(kv_lens)} | {kind} | {label} | {block_t} | {stages} | "
-                  f"{warps} | {1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | {err:.1e} |")
+                  f"{warps} | {1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | "
+                  f"{f'{err:.1e}' if softmax else ''} |")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="correctness against torch only")
+    p.add_argument("--layout", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-3.1-8b"])
     args = p.parse_args()
     if args.check:
         check(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     else:
         check(torch.device("cuda"))
-        bench()
+        bench(args.layout)
 
 
 if __name__ == "__main__":

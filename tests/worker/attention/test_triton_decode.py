@@ -10,7 +10,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
+
+pytest.importorskip("triton")  # a dependency of Linux x86-64 torch wheels
 
 CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
     (16, 8, 128, 16, [1, 17, 128, 129, 300]),  # Qwen3-0.6B's heads; 1: a padding row
@@ -61,7 +64,7 @@ def check() -> None:
 def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("relative error") == len(CASES), done.stdout
 
