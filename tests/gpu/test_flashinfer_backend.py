@@ -136,7 +136,8 @@ def test_decode_matches_reference(layout: str, page_size: int) -> None:
 def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
                                                split_kv: bool) -> None:
     """Captured once with short lengths, replayed with longer ones; split_kv=False: the
-    whole-KV wrapper (no split, no merge kernel)."""
+    whole-KV variant (our Triton kernel, attention/triton_decode.py: no split, no merge,
+    longest request first), checked against the reference and against FlashInfer eager."""
     hq, hkv, d = LAYOUTS[layout]
     bs, max_len = 16, 2048
     num_pages = bs * (max_len // page_size) + 8
