@@ -60,6 +60,33 @@ def _gather(x_ptr, ids_ptr, out_ptr, PER: tl.constexpr, ROWS: tl.constexpr,
     tl.store(out_ptr + i * tl.num_programs(1) + h, tl.sum(tl.sum(acc, 1), 0))
 
 
+@triton.jit
+def _gather_kv(x_ptr, ids_ptr, out_ptr, PER: tl.constexpr, PAGE_ELEMS: tl.constexpr,
+               V_OFFSET: tl.constexpr, PAGES_AT_ONCE: tl.constexpr, DOT: tl.constexpr):
+    """nhd-head over K and V: program (i, h) reads head h's rows of pages ids[i*PER:...]
+    at offset 0 (K) and V_OFFSET (V), as attention does. DOT: the tiles feed tensor-core
+    dots (through shared memory, as in attention) instead of a register sum."""
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    r = tl.arange(0, PAGES_AT_ONCE * 16)
+    d = tl.arange(0, 128)
+    acc = tl.zeros((PAGES_AT_ONCE * 16, 128), tl.float32)
+    acc16 = tl.zeros((16, 128), tl.float32)
+    ones = tl.full((16, PAGES_AT_ONCE * 16), 1.0, x_ptr.dtype.element_ty)
+    for p0 in range(0, PER, PAGES_AT_ONCE):
+        page = tl.load(ids_ptr + i * PER + p0 + r // 16).to(tl.int64)
+        row = page * PAGE_ELEMS + h * 128 + (r % 16) * 1024
+        k = tl.load(x_ptr + row[:, None] + d[None, :])
+        v = tl.load(x_ptr + V_OFFSET + row[:, None] + d[None, :])
+        if DOT:
+            acc16 = tl.dot(ones, k, acc16)
+            acc16 = tl.dot(ones, v, acc16)
+        else:
+            acc += k.to(tl.float32) + v.to(tl.float32)
+    total = tl.sum(tl.sum(acc16, 1), 0) if DOT else tl.sum(tl.sum(acc, 1), 0)
+    tl.store(out_ptr + i * tl.num_programs(1) + h, total)
+
+
 def _time(fn) -> float:
     return do_bench(capture(fn).replay, warmup=10, rep=100, return_mode="median")
 
@@ -98,6 +125,22 @@ def main() -> None:
                     num_stages=s)
             rows.append((f"{name}, {at_once} pages a load, {warps} warps, {stages} stages",
                          _time(fn)))
+    half = pages // 2  # K in the first half of the pages, V in the second (the pool's way)
+    for name, page_stride, v_offset, n in (
+        ("K and V apart", page_elems, half * page_elems, half),
+        ("K and V in one page", 2 * page_elems, page_elems, half),
+    ):
+        kv_ids = torch.randperm(n, dtype=torch.int32, device=dev)
+        for at_once, warps, stages, dot in ((4, 8, 3, False), (8, 4, 2, True),
+                                            (8, 4, 3, True), (4, 4, 2, True)):
+            out = torch.empty(n // PAGES_PER_PROGRAM * HKV, device=dev)
+            fn = lambda ps=page_stride, vo=v_offset, a=at_once, w=warps, s=stages, dt=dot, \
+                o=out, i=kv_ids, n=n: _gather_kv[(n // PAGES_PER_PROGRAM, HKV)](
+                    flat, i, o, PER=PAGES_PER_PROGRAM, PAGE_ELEMS=ps, V_OFFSET=vo,
+                    PAGES_AT_ONCE=a, DOT=dt, num_warps=w, num_stages=s)
+            label = (f"nhd-head, {name}, {16 * at_once} tokens a load, {warps} warps, "
+                     f"{stages} stages{', into dots' if dot else ''}")
+            rows.append((label, _time(fn)))
     print(f"\n{nbytes / 1e6:.0f} MB, {torch.cuda.get_device_name()}\n")
     print("| pattern | us | TB/s |")
     print("| --- | ---: | ---: |")

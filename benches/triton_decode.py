@@ -231,12 +231,47 @@ def bench(layout: str) -> None:
                   f"{f'{err:.1e}' if softmax else ''} |")
 
 
+def bench_lengths(layout: str) -> None:
+    """Is the kernel's gap to the read floor its ragged lengths? The chosen kernel (one
+    chunk, block 128, longest first) at the workload's lengths, at those rounded up or down
+    to whole 128-token blocks, and at their mean for every request."""
+    import sys
+    from pathlib import Path
+
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from attention_kernels import workload_step
+    from stream_overlap import capture
+
+    hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+    print("| step | running | lengths | mean tokens | us | GB/s |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: |")
+    for step in (0, 400):
+        drawn = workload_step(step)
+        mean = sum(drawn) // len(drawn)
+        for name, kv_lens in (("drawn", drawn), ("up to 128s", [-(-n // 128) * 128 for n in drawn]),
+                              ("down to 128s", [max(128, n // 128 * 128) for n in drawn]),
+                              ("all the mean", [mean] * len(drawn)),
+                              ("all the mean, up to 128s", [-(-mean // 128) * 128] * len(drawn))):
+            batch = paged_batch(kv_lens, hq, 8, 128, 16, torch.device("cuda"))
+            t = TritonDecode(*batch, chunk=1 << 20, block_t=128, stages=2,
+                             max_len=max(kv_lens), longest_first=True)
+            ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
+            nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+            print(f"| {step} | {len(kv_lens)} | {name} | {sum(kv_lens) / len(kv_lens):.0f} | "
+                  f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="correctness against torch only")
     p.add_argument("--layout", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-3.1-8b"])
+    p.add_argument("--lengths", action="store_true", help="the ragged-lengths diagnostic")
     args = p.parse_args()
-    if args.check:
+    if args.lengths:
+        bench_lengths(args.layout)
+    elif args.check:
         check(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     else:
         check(torch.device("cuda"))
