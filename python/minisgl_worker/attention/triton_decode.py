@@ -62,6 +62,11 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
              out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
 
 
+def supports(head_dim: int) -> bool:
+    """Head dims the kernel takes (a power of two, for its tiles)."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
 class WholeKVDecode:
     """The kernel's fixed buffers for decode batches of exactly `batch_size` rows: `plan`
     (host, before capture and before every replay) fills them, `run` (capturable) attends.
@@ -70,7 +75,7 @@ class WholeKVDecode:
     def __init__(self, batch_size: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
                  page_size: int, sm_scale: float, indices: torch.Tensor) -> None:
         assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
-        assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} is not a power of 2"
+        assert supports(head_dim), f"head_dim {head_dim} is not a power of 2 >= 16"
         self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
         self.page_size, self.indices = page_size, indices
         self.scale_log2 = sm_scale * LOG2E

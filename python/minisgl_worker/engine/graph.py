@@ -51,8 +51,10 @@ class GraphRunner:
         pool = backend.kv_pool
         self.inputs = StaticInputs(self.max_bs, pool.dummy_page * pool.page_size, device)
         self.indices = torch.arange(self.max_bs, device=device)
+        from ..attention import triton_decode  # imports triton: CUDA only
+
         whole_kv = [s for s in self.sizes if s >= WHOLE_KV_MIN_BS]
-        if not backend.attn.use_tensor_cores:
+        if not backend.attn.use_tensor_cores or not triton_decode.supports(backend.attn.head_dim):
             whole_kv = []
         variants = backend.attn.init_cuda_graphs(self.sizes, self.max_bs * max_pages_per_req,
                                                  whole_kv)

@@ -69,5 +69,13 @@ def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
     assert done.stdout.count("relative error") == len(CASES), done.stdout
 
 
+def test_head_dims_the_kernel_takes() -> None:
+    """The decode graphs only build whole-KV variants for these (engine/graph.py); other
+    head dims keep FlashInfer's split-KV graphs at every batch size."""
+    from minisgl_worker.attention.triton_decode import supports
+
+    assert [d for d in (8, 16, 64, 80, 96, 128, 256) if supports(d)] == [16, 64, 128, 256]
+
+
 if __name__ == "__main__":
     check()
