@@ -21,7 +21,7 @@ A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always s
 merges), so the sizes in `whole_kv_sizes` get a second variant that reads each request's KV
 in one piece, for batches large and even enough not to need a split: our Triton kernel
 (triton_decode.py), which starts the longest requests first and beat FlashInfer's whole-KV
-decode by 2-5% in the bulk of the offline workload and its split-KV decode by 14% at 37
+decode by 2-5% in the bulk of the offline workload and its split-KV decode by ~15% at 37
 requests.
 
 All wrappers share one float workspace and one int workspace (device + pinned host), except
