@@ -22,9 +22,9 @@ import math
 import torch
 import triton
 import triton.language as tl
+from minisgl_worker.attention.triton_decode import LOG2E, gather_tile, online_softmax_step
 
 BF16 = torch.bfloat16
-LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -53,21 +53,11 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
     for t0 in range(start, end, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         valid = t < end
-        page = tl.load(indices_ptr + page_base + t // PAGE, mask=valid, other=0)
-        row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
-        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), log2 units
+        k, v = gather_tile(k_ptr, v_ptr, indices_ptr, page_base, t, valid, h, d, HKV, D, PAGE)
         if SOFTMAX:
-            qk = tl.where(valid[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+            m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
         else:
-            acc += tl.dot(qk.to(v.dtype), v)
+            acc += tl.dot((tl.dot(q, tl.trans(k)) * scale_log2).to(v.dtype), v)
             l_i += 1.0
     keep = (g < GROUP) & (start + g * 0 < kv_len)  # a tensor compare, for the mask's dtype
     if SINGLE:

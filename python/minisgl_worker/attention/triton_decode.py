@@ -24,6 +24,32 @@ BLOCK_T, NUM_WARPS, NUM_STAGES = 128, 4, 2  # the bench's best at every step it 
 
 
 @triton.jit
+def gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d,
+                HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr):
+    """K and V of KV head h at a request's token positions t (those not `valid` read as 0),
+    through its page ids at indices[first_page:] -> two (len(t), D) tiles."""
+    page = tl.load(indices_ptr + first_page + t // PAGE, mask=valid, other=0)
+    row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
+    k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc):
+    """One tile of the online softmax: running max m_i (log2 units), sum l_i and unnormalized
+    output acc of the query rows q, updated with keys k and values v -> (m_i, l_i, acc)."""
+    qk = tl.dot(q, tl.trans(k)) * scale_log2  # (rows, tile), in log2 units
+    qk = tl.where(valid[None, :], qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2,
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
@@ -45,18 +71,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
     for t0 in range(0, kv_len, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         valid = t < kv_len
-        page = tl.load(indices_ptr + first_page + t // PAGE, mask=valid, other=0)
-        row = ((page.to(tl.int64) * PAGE + t % PAGE) * HKV + h) * D
-        k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * scale_log2  # (GP, BLOCK_T), in log2 units
-        qk = tl.where(valid[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
+        m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
     out = acc / l_i[:, None]
     tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])

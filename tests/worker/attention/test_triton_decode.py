@@ -5,16 +5,17 @@ GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's whole-
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("triton")  # a dependency of Linux x86-64 torch wheels
 
+ROOT = Path(__file__).parents[3]  # the repository: the subprocess imports tests.gpu.paged
 CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
     (16, 8, 128, 16, [1, 17, 128, 129, 300]),  # Qwen3-0.6B's heads; 1: a padding row
     (9, 3, 64, 1, [200, 1, 5]),  # SmolLM2's, page size 1
@@ -22,21 +23,11 @@ CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
 ]
 
 
-def _reference(q, k, v, indptr, indices, lens) -> torch.Tensor:
-    out = torch.empty(q.shape, dtype=torch.float32)
-    hkv, d = k.shape[2:]
-    group = q.shape[1] // hkv
-    for b, n in enumerate(lens):
-        ids = indices[indptr[b] : indptr[b + 1]].long()
-        kb = k[ids].reshape(-1, hkv, d)[:n].float().repeat_interleave(group, 1)
-        vb = v[ids].reshape(-1, hkv, d)[:n].float().repeat_interleave(group, 1)
-        s = torch.einsum("hd,thd->ht", q[b].float(), kb) / math.sqrt(d)
-        out[b] = torch.einsum("ht,thd->hd", s.softmax(-1), vb)
-    return out
-
-
 def check() -> None:
+    from minisgl_worker.attention.flashinfer_backend import PagedKVMeta
     from minisgl_worker.attention.triton_decode import WholeKVDecode
+
+    from tests.gpu.paged import reference_attention
 
     torch.manual_seed(0)
     for hq, hkv, d, page, lens in CASES:
@@ -55,7 +46,8 @@ def check() -> None:
         order = attn._meta[2 * len(lens) + 1 :].tolist()
         assert [lens[i] for i in order] == sorted(lens, reverse=True), order
         out = attn.run(q, (k, v))
-        ref = _reference(q, k, v, indptr, indices, lens)
+        meta = PagedKVMeta(torch.arange(len(lens) + 1, dtype=torch.int32), indptr, indices, last)
+        ref = reference_attention(q, k, v, meta, page)
         err = float((out.float() - ref).norm() / ref.norm())
         print(f"heads {hq}/{hkv} d {d} page {page} lens {lens}: relative error {err:.1e}")
         assert err < 5e-3, err
@@ -63,8 +55,8 @@ def check() -> None:
 
 def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-m", "tests.worker.attention.test_triton_decode"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("relative error") == len(CASES), done.stdout
 
