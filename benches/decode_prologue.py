@@ -1,0 +1,162 @@
+"""Is the whole-KV decode kernel's gap to the read floor its per-program start, or its last,
+part-filled tile? Variants of attention/triton_decode.py's kernel, timed at the offline
+workload's steps in CUDA-graph replays against the worker's own `WholeKVDecode`:
+
+- "table": the host writes each program's (request, first page, KV length) in launch order,
+  so a program's start is one load and then its page ids, not the order, then the request's
+  page range, then its page ids (three dependent loads before the first KV byte, now two);
+- "table, peeled": besides, the full 128-token tiles run without masks and the last,
+  part-filled one as a separate masked step;
+- "table, tail in 32s": besides, the part-filled rest runs as 32-token tiles (it costs about
+  a full tile's time when read as one 128-token tile: RESULTS.md, "Decode attention
+  against the read floor").
+
+    python benches/decode_prologue.py [--layout llama-3.1-8b]   # on the GPU
+
+Result on the H200 (RESULTS.md, "The per-program start and the last tile, tested"): every
+variant within 0.7% of the worker's kernel, the 16-token tail 2-3% slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from minisgl_worker.attention.triton_decode import (
+    BLOCK_T,
+    LOG2E,
+    NUM_STAGES,
+    NUM_WARPS,
+    WholeKVDecode,
+    gather_tile,
+    online_softmax_step,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from triton_decode import paged_batch, reference
+
+
+@triton.jit
+def _steps(q, k_ptr, v_ptr, indices_ptr, first_page, start, end, h, d, scale_log2, m_i, l_i,
+           acc, HKV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, TILE: tl.constexpr,
+           MASKED: tl.constexpr):
+    for t0 in range(start, end, TILE):
+        t = t0 + tl.arange(0, TILE)
+        if MASKED:
+            valid = t < end
+        else:
+            valid = tl.full((TILE,), 1, tl.int1)
+        k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
+        m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _table_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_log2,
+                  q_stride_t, q_stride_h, HKV: tl.constexpr, GROUP: tl.constexpr,
+                  GP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK: tl.constexpr,
+                  TAIL: tl.constexpr, PEEL: tl.constexpr):
+    p = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.load(table_ptr + 3 * p)
+    first_page = tl.load(table_ptr + 3 * p + 1)
+    kv_len = tl.load(table_ptr + 3 * p + 2)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    heads = h * GROUP + g
+    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
+                mask=(g < GROUP)[:, None], other=0.0)
+    m_i = tl.full((GP,), float("-inf"), tl.float32)
+    l_i = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, D), tl.float32)
+    if PEEL:
+        full = kv_len // BLOCK * BLOCK
+        m_i, l_i, acc = _steps(q, k_ptr, v_ptr, indices_ptr, first_page, 0, full, h, d,
+                               scale_log2, m_i, l_i, acc, HKV, D, PAGE, BLOCK, False)
+        m_i, l_i, acc = _steps(q, k_ptr, v_ptr, indices_ptr, first_page, full, kv_len, h, d,
+                               scale_log2, m_i, l_i, acc, HKV, D, PAGE, TAIL, True)
+    else:
+        m_i, l_i, acc = _steps(q, k_ptr, v_ptr, indices_ptr, first_page, 0, kv_len, h, d,
+                               scale_log2, m_i, l_i, acc, HKV, D, PAGE, BLOCK, True)
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+
+
+def program_table(indptr: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """(request, first page, KV length) per program, longest request first, int32 flat."""
+    lens_h, indptr_h = lens.cpu().numpy(), indptr.cpu().numpy()
+    order = np.argsort(-lens_h, kind="stable")
+    table = np.stack([order, indptr_h[order], lens_h[order]], axis=1).astype(np.int32)
+    return torch.from_numpy(table.reshape(-1)).to(lens.device)
+
+
+def run_table(q, k, v, indices, table, out, peel: bool, tail: int) -> None:
+    bs, hq, d = q.shape
+    hkv = k.shape[2]
+    group = hq // hkv
+    _table_kernel[(bs, hkv)](
+        q, k, v, out, indices, table, LOG2E / math.sqrt(d), q.stride(0), q.stride(1),
+        HKV=hkv, GROUP=group, GP=max(16, triton.next_power_of_2(group)), D=d,
+        PAGE=k.shape[1], BLOCK=BLOCK_T, TAIL=tail, PEEL=peel, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
+
+
+def worker_kernel(q, k, v, indptr, indices, lens):
+    """The worker's WholeKVDecode, planned for this batch -> a run() closure."""
+    bs, hq, d = q.shape
+    page = k.shape[1]
+    attn = WholeKVDecode(bs, hq, k.shape[2], d, page, 1 / math.sqrt(d), indices)
+    pages = torch.diff(indptr).cpu()
+    last = (lens.cpu() - (pages - 1) * page).to(torch.int32)
+    attn.plan(indptr.cpu(), last)
+    torch.cuda.synchronize()
+    out = torch.empty_like(q)
+    return lambda: attn.run(q, (k, v), out), out
+
+
+def main() -> None:
+    from attention_kernels import workload_step
+    from stream_overlap import capture
+    from triton.testing import do_bench
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layout", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-3.1-8b"])
+    args = p.parse_args()
+    hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[args.layout]
+    print(f"\n{args.layout}, {torch.cuda.get_device_name()}\n")
+    print("| step | running | kernel | us | GB/s | error vs torch |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: |")
+    for step in (0, 400, 900):
+        kv_lens = workload_step(step)
+        batch = paged_batch(kv_lens, hq, 8, 128, 16, torch.device("cuda"))
+        q, k, v, indptr, indices, lens = batch
+        some = list(range(0, len(kv_lens), max(1, len(kv_lens) // 8)))
+        ref = torch.stack([reference(q[r : r + 1], k, v, indptr[r : r + 2], indices,
+                                     lens[r : r + 1])[0] for r in some])
+        table = program_table(indptr, lens)
+        out = torch.empty_like(q)
+        runs = [("worker (WholeKVDecode)", *worker_kernel(*batch))]
+        for name, peel, tail in (("table", False, 16), ("table, peeled", True, BLOCK_T),
+                                 ("table, tail in 32s", True, 32),
+                                 ("table, tail in 16s", True, 16)):
+            runs.append((name, partial(run_table, q, k, v, indices, table, out, peel, tail),
+                         out))
+        nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+        for name, fn, o in runs:
+            fn()
+            err = ((o[some].float() - ref).abs().max() / ref.abs().max()).item()
+            ms = do_bench(capture(fn).replay, warmup=10, rep=100, return_mode="median")
+            print(f"| {step} | {len(kv_lens)} | {name} | {1e3 * ms:.1f} | "
+                  f"{nbytes / ms / 1e6:.0f} | {err:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
