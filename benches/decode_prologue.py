@@ -42,7 +42,10 @@ from minisgl_worker.attention.triton_decode import (
     NUM_WARPS,
     WholeKVDecode,
     gather_tile,
+    load_query_group,
     online_softmax_step,
+    softmax_update,
+    store_output,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,21 +82,23 @@ def _steps(q, k_ptr, v_ptr, indices_ptr, first_page, start, end, h, d, scale_log
 
 
 @triton.jit
+def _program(table_ptr):
+    """This program's (request, first page, KV length) from the host-written table."""
+    p = tl.program_id(0)
+    entry = table_ptr + 3 * p
+    return tl.load(entry), tl.load(entry + 1), tl.load(entry + 2)
+
+
+@triton.jit
 def _table_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_log2,
                   q_stride_t, q_stride_h, HKV: tl.constexpr, GROUP: tl.constexpr,
                   GP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK: tl.constexpr,
                   TAIL: tl.constexpr, PEEL: tl.constexpr,
                   MODE: tl.constexpr, FIXED: tl.constexpr = 0):
-    p = tl.program_id(0)
     h = tl.program_id(1)
-    b = tl.load(table_ptr + 3 * p)
-    first_page = tl.load(table_ptr + 3 * p + 1)
-    kv_len = tl.load(table_ptr + 3 * p + 2)
-    g = tl.arange(0, GP)
+    b, first_page, kv_len = _program(table_ptr)
+    q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    heads = h * GROUP + g
-    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
-                mask=(g < GROUP)[:, None], other=0.0)
     m_i = tl.full((GP,), float("-inf"), tl.float32)
     l_i = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, D), tl.float32)
@@ -109,9 +114,7 @@ def _table_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_lo
     else:
         m_i, l_i, acc = _steps(q, k_ptr, v_ptr, indices_ptr, first_page, 0, kv_len, h, d,
                                scale_log2, m_i, l_i, acc, HKV, D, PAGE, BLOCK, True, MODE)
-    out = acc / l_i[:, None]
-    tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 @triton.jit
@@ -121,16 +124,10 @@ def _rotated_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_
                     BLOCK: tl.constexpr):
     """Attention with the loop rotated by hand: tile i+1's q K^T is issued before tile i's
     softmax and S V, so the two dots of an iteration no longer wait on each other."""
-    p = tl.program_id(0)
     h = tl.program_id(1)
-    b = tl.load(table_ptr + 3 * p)
-    first_page = tl.load(table_ptr + 3 * p + 1)
-    kv_len = tl.load(table_ptr + 3 * p + 2)
-    g = tl.arange(0, GP)
+    b, first_page, kv_len = _program(table_ptr)
+    q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    heads = h * GROUP + g
-    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
-                mask=(g < GROUP)[:, None], other=0.0)
     m_i = tl.full((GP,), float("-inf"), tl.float32)
     l_i = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, D), tl.float32)
@@ -143,20 +140,10 @@ def _rotated_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_
                                 HKV, D, PAGE)
         s_next = tl.where((t < kv_len)[None, :], tl.dot(q, tl.trans(k)) * scale_log2,
                           float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p_ = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p_, 1)
-        acc = acc * alpha[:, None] + tl.dot(p_.to(v.dtype), v)
-        m_i, s, v = m_new, s_next, v_next
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    p_ = tl.math.exp2(s - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p_, 1)
-    acc = acc * alpha[:, None] + tl.dot(p_.to(v.dtype), v)
-    out = acc / l_i[:, None]
-    tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+        m_i, l_i, acc = softmax_update(s, v, m_i, l_i, acc)
+        s, v = s_next, v_next
+    m_i, l_i, acc = softmax_update(s, v, m_i, l_i, acc)
+    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def program_table(indptr: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,13 @@ import math
 import torch
 import triton
 import triton.language as tl
-from minisgl_worker.attention.triton_decode import LOG2E, gather_tile, online_softmax_step
+from minisgl_worker.attention.triton_decode import (
+    LOG2E,
+    gather_tile,
+    load_query_group,
+    online_softmax_step,
+    store_output,
+)
 
 BF16 = torch.bfloat16
 
@@ -42,11 +48,8 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
     start = s * chunk
     end = tl.minimum(start + chunk, kv_len)  # <= start: an empty chunk, nothing stored
     page_base = tl.load(indptr_ptr + b)
-    g = tl.arange(0, GP)
+    q, heads, rows = load_query_group(q_ptr, b, h, HKV * GROUP * D, D, GROUP, GP, D)
     d = tl.arange(0, D)
-    heads = h * GROUP + g
-    q = tl.load(q_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
-                mask=(g < GROUP)[:, None], other=0.0)
     m_i = tl.full((GP,), float("-inf"), tl.float32)
     l_i = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, D), tl.float32)
@@ -59,11 +62,9 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
         else:
             acc += tl.dot((tl.dot(q, tl.trans(k)) * scale_log2).to(v.dtype), v)
             l_i += 1.0
-    keep = (g < GROUP) & (start + g * 0 < kv_len)  # a tensor compare, for the mask's dtype
+    keep = rows & (start + heads * 0 < kv_len)  # a tensor compare, for the mask's dtype
     if SINGLE:
-        o = acc / l_i[:, None]
-        tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=keep[:, None])
+        store_output(out_ptr, acc, l_i, b, heads, keep, HKV * GROUP, D)
     else:
         at = (b * max_splits + s) * HKV * GROUP + heads  # (batch, split, q head)
         tl.store(acc_ptr + at[:, None] * D + d[None, :], acc, mask=keep[:, None])

@@ -36,17 +36,48 @@ def gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d,
 
 
 @triton.jit
-def online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc):
-    """One tile of the online softmax: running max m_i (log2 units), sum l_i and unnormalized
-    output acc of the query rows q, updated with keys k and values v -> (m_i, l_i, acc)."""
-    qk = tl.dot(q, tl.trans(k)) * scale_log2  # (rows, tile), in log2 units
-    qk = tl.where(valid[None, :], qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    p = tl.math.exp2(qk - m_new[:, None])
+def load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP: tl.constexpr,
+                     GP: tl.constexpr, D: tl.constexpr):
+    """Request b's query heads of KV head h -> (q (GP, D), rows padded past GROUP with 0;
+    their query head ids (GP,); which rows are real (GP,))."""
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    heads = h * GROUP + g
+    rows = g < GROUP
+    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
+                mask=rows[:, None], other=0.0)
+    return q, heads, rows
+
+
+@triton.jit
+def softmax_update(s, v, m_i, l_i, acc):
+    """The online softmax's update with one tile: scores s (rows, tile) in log2 units (-inf
+    where masked) and values v (tile, D), into the running max m_i, sum l_i and
+    unnormalized output acc -> (m_i, l_i, acc)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.math.exp2(s - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
+
+
+@triton.jit
+def online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc):
+    """One tile of the online softmax: the query rows q against keys k (tokens not `valid`
+    masked) and values v -> (m_i, l_i, acc) as `softmax_update`."""
+    qk = tl.dot(q, tl.trans(k)) * scale_log2  # (rows, tile), in log2 units
+    qk = tl.where(valid[None, :], qk, float("-inf"))
+    return softmax_update(qk, v, m_i, l_i, acc)
+
+
+@triton.jit
+def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.constexpr):
+    """acc / l_i into out (bs, HQ, D), contiguous, at request b's query `heads` where
+    `rows`."""
+    d = tl.arange(0, D)
+    tl.store(out_ptr + (b * HQ + heads)[:, None] * D + d[None, :],
+             (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=rows[:, None])
 
 
 @triton.jit
@@ -60,11 +91,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
     first_page = tl.load(meta_ptr + b)
     num_pages = tl.load(meta_ptr + b + 1) - first_page
     kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
-    g = tl.arange(0, GP)
+    q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    heads = h * GROUP + g
-    q = tl.load(q_ptr + b * q_stride_t + heads[:, None] * q_stride_h + d[None, :],
-                mask=(g < GROUP)[:, None], other=0.0)
     m_i = tl.full((GP,), float("-inf"), tl.float32)
     l_i = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, D), tl.float32)
@@ -73,9 +101,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
         valid = t < kv_len
         k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
         m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
-    out = acc / l_i[:, None]
-    tl.store(out_ptr + (b * HKV * GROUP + heads)[:, None] * D + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=(g < GROUP)[:, None])
+    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def supports(head_dim: int) -> bool:
