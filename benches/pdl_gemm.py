@@ -112,7 +112,9 @@ def layer_chain(layers: list[dict], m: int, mode: str, tiles: dict[str, tuple]):
             flashinfer.activation.silu_and_mul(gu, out=act)
             gemm("down", act, layer["down"])
 
-    return capture(run)  # after a warm-up run (cuBLAS workspace, Triton compiles)
+    graph = capture(run)  # after a warm-up run (cuBLAS workspace, Triton compiles)
+    graph.buffers = run  # the closure holds x, res, bufs, act: alive while the graph is
+    return graph
 
 
 def main() -> None:
