@@ -76,12 +76,6 @@ def _indptr(lens: Sequence[int]) -> torch.Tensor:
     return out
 
 
-_EMPTY_META = PagedKVMeta(
-    torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
-    torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
-)
-
-
 class FlashInferBackend(BaseAttnBackend):
     """The engine's plug: `prepare_metadata` plans, `forward` stores k/v then attends."""
 
@@ -119,21 +113,22 @@ class FlashInferBackend(BaseAttnBackend):
     def plan_padded(self, batch: Batch, padded_bs: int, split_kv: bool = True) -> None:
         """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size (the
         whole-KV variant when not `split_kv`): each padding row attends over one token of
-        the pool's dummy page."""
+        the pool's dummy page. The page ids go straight into the graphs' buffer in one
+        launch (page_ids.py); the indptr and last-page lengths stay on the host."""
+        from .page_ids import gather_page_ids  # imports triton: CUDA only
+
         ps, pad = self.kv_pool.page_size, padded_bs - batch.size
-        meta = paged_kv_meta(
-            self.page_table, [r.table_idx for r in batch.reqs],
-            [r.device_len for r in batch.reqs], batch.extend_lens, ps,
-        ) if batch.reqs else _EMPTY_META
-        indptr, indices, last = meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len
-        if pad:
-            indptr = torch.cat((indptr, indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)))
-            dummy = torch.full((pad,), self.kv_pool.dummy_page, dtype=torch.int32,
-                               device=self.page_table.device)
-            indices = torch.cat((indices.to(self.page_table.device), dummy))
-            last = torch.cat((last, torch.ones(pad, dtype=torch.int32)))
-        self.attn.plan_cuda_graph(indptr, indices, last, split_kv)
-        batch.attn_metadata = meta
+        lens = np.array([r.device_len for r in batch.reqs] + [1] * pad, dtype=np.int64)
+        rows = np.array([r.table_idx for r in batch.reqs] + [-1] * pad, dtype=np.int64)
+        pages = (lens + ps - 1) // ps
+        indptr = np.zeros(padded_bs + 1, dtype=np.int64)
+        np.cumsum(pages, out=indptr[1:])
+        indices = self.attn.graph_page_ids(int(indptr[-1]))
+        gather_page_ids(self.page_table, rows, pages, indptr[:-1], ps, self.kv_pool.dummy_page,
+                        indices)
+        last = lens - (pages - 1) * ps
+        self.attn.plan_cuda_graph(torch.from_numpy(indptr.astype(np.int32)), indices,
+                                  torch.from_numpy(last.astype(np.int32)), split_kv)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,

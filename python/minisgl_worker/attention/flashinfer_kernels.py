@@ -230,6 +230,12 @@ class FlashInferPagedAttention:
                                                indices)
         return sorted({(bs, True) for bs in batch_sizes} | {(bs, False) for bs in whole_kv_sizes})
 
+    def graph_page_ids(self, n: int) -> torch.Tensor:
+        """The first n entries of the page-id buffer every decode graph reads: fill them
+        (stream-ordered) and pass them to `plan_cuda_graph`, which then copies nothing."""
+        assert self._graph_bufs is not None, "init_cuda_graphs first"
+        return self._graph_bufs[1][:n]
+
     def has_whole_kv_graph(self, batch_size: int) -> bool:
         return batch_size in self._whole_kv
 
@@ -248,7 +254,9 @@ class FlashInferPagedAttention:
             self._plan_decode(self._graphs[bs], kv_indptr, kv_indices, kv_last_page_len)
         else:
             assert self._graph_bufs is not None
-            self._graph_bufs[1][: kv_indices.numel()].copy_(kv_indices, non_blocking=True)
+            buf = self._graph_bufs[1][: kv_indices.numel()]
+            if buf.data_ptr() != kv_indices.data_ptr():  # else filled in place already
+                buf.copy_(kv_indices, non_blocking=True)
             self._whole_kv[bs].plan(kv_indptr, kv_last_page_len)
             self._active = self._whole_kv[bs]
         self._plan_done.record()
