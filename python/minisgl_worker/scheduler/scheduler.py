@@ -40,7 +40,7 @@ from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, Generate, Load, TokenOutput
-from .cache import CacheManager, to_device
+from .cache import CacheManager, to_device_packed
 from .decode import DecodeManager
 from .prefill import PrefillAdder
 from .table import TableManager
@@ -221,15 +221,18 @@ class Scheduler:
         out_loc = np.concatenate(locs)
         assert out_loc.shape[0] == len(ids) > 0
         self.cache.flush_table()
+        ids_t, pos_t, loc_t, index_t, slots_t = to_device_packed(
+            [ids, pos, out_loc, pool_index, pool_slots], device
+        )
         return Batch(
             reqs=reqs,
-            input_ids=to_device(ids, device),
-            positions=to_device(pos, device),
-            out_loc=to_device(out_loc, device),
+            input_ids=ids_t,
+            positions=pos_t,
+            out_loc=loc_t,
             extend_lens=[r.extend_len for r in reqs],
             sample_reqs=[r for r in reqs if r.can_sample],
-            pool_index=to_device(pool_index, device) if pool_index else None,
-            pool_slots=to_device(pool_slots, device) if pool_index else None,
+            pool_index=index_t if pool_index else None,
+            pool_slots=slots_t if pool_index else None,
         )
 
     def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
