@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import launches_pdl
+
 LOG2E = 1.4426950408889634
 BLOCK_T, NUM_WARPS, NUM_STAGES = 128, 4, 2  # the bench's best at every step it timed
 
@@ -84,13 +86,15 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2,
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr):
+                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
     # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
     b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
     h = tl.program_id(1)
     first_page = tl.load(meta_ptr + b)
     num_pages = tl.load(meta_ptr + b + 1) - first_page
     kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
+    if PDL:  # the plan was ready before the step; q and the new k, v come from the
+        tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
     m_i = tl.full((GP,), float("-inf"), tl.float32)
@@ -148,10 +152,11 @@ class WholeKVDecode:
         if out is None:
             out = torch.empty((self.bs, self.hq, self.d), dtype=q.dtype, device=q.device)
         assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
-        group = self.hq // self.hkv
+        group, pdl = self.hq // self.hkv, launches_pdl(q.device)
         _decode_kernel[(self.bs, self.hkv)](
             q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2,
             q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
             GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
-            BLOCK_T=BLOCK_T, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            BLOCK_T=BLOCK_T, PDL=pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+            **({"launch_pdl": True} if pdl else {}))
         return out

@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import launches_pdl
+
 
 @triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, k_stride, v_stride, k_cache_ptr, v_cache_ptr, loc_ptr,
@@ -57,13 +59,17 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_out_ptr, q_stride, k_stride, v_str
                        q_out_stride, pos_ptr, cos_sin_ptr,
                        k_cache_ptr, v_cache_ptr, loc_ptr, q_norm_ptr, k_norm_ptr, eps,
                        HQ: tl.constexpr, HKV: tl.constexpr, HQ_P2: tl.constexpr,
-                       HKV_P2: tl.constexpr, D: tl.constexpr, NORM: tl.constexpr):
+                       HKV_P2: tl.constexpr, D: tl.constexpr, NORM: tl.constexpr,
+                       PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(loc_ptr + t).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     half = tl.arange(0, D // 2)
     cos = tl.load(cos_sin_ptr + pos * D + half)[None, :]
     sin = tl.load(cos_sin_ptr + pos * D + D // 2 + half)[None, :]
+    if PDL:  # the slots, positions and cos/sin were ready before the qkv projection ran
+        tl.extra.cuda.gdc_wait()  # for q, k and v: the projection's output
+        tl.extra.cuda.gdc_launch_dependents()  # attention may start launching
     # q: rotated into q_out (q itself, or a separate buffer; neox layout: the halves of a
     # head pair up)
     hq = tl.arange(0, HQ_P2)[:, None]
@@ -105,7 +111,9 @@ def rope_store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tenso
     assert dim & (dim - 1) == 0, f"head_dim {dim} must be a power of two"
     q_w, k_w, eps = qk_norm if qk_norm is not None else (cos_sin, cos_sin, 0.0)  # unread
     if tokens:
+        pdl = launches_pdl(q.device)
         _rope_store_kernel[(tokens,)](
             q, k, v, q_out, q.stride(0), k.stride(0), v.stride(0), q_out.stride(0), positions,
-            cos_sin, k_cache, v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv, HQ_P2=triton.next_power_of_2(hq),
-            HKV_P2=triton.next_power_of_2(hkv), D=dim, NORM=qk_norm is not None, num_warps=4)
+            cos_sin, k_cache, v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv,
+            HQ_P2=triton.next_power_of_2(hq), HKV_P2=triton.next_power_of_2(hkv), D=dim,
+            NORM=qk_norm is not None, PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}))
