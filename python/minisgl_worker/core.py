@@ -108,6 +108,9 @@ class Batch:
     # are read from the engine's token pool at the rows pool_slots before the forward.
     pool_index: torch.Tensor | None = None  # (P,) int64
     pool_slots: torch.Tensor | None = None  # (P,) int64, request slots (table rows)
+    # sample_reqs' table rows, where their sampled tokens go in the token pool (None: the
+    # engine copies them over itself)
+    sample_rows: torch.Tensor | None = None  # (S,) int64
 
     @property
     def size(self) -> int:

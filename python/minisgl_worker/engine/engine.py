@@ -178,7 +178,10 @@ class Engine:
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens_gpu = sample.tokens
         if batch.sample_reqs:
-            self.token_pool[self._to_device([r.table_idx for r in batch.sample_reqs])] = tokens_gpu
+            rows = batch.sample_rows
+            if rows is None:
+                rows = self._to_device([r.table_idx for r in batch.sample_reqs])
+            self.token_pool[rows] = tokens_gpu
         event = None
         if self.device.type == "cuda":
             # Non-blocking copy into pinned memory; `tokens()` waits on the event.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..core import PENDING_TOKEN, Req
@@ -100,7 +101,8 @@ class Sampler:
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
 
-    def _tensor(self, values: list[int] | list[float], dtype: torch.dtype) -> torch.Tensor:
+    def _tensor(self, values: list[int] | list[float] | np.ndarray,
+                dtype: torch.dtype) -> torch.Tensor:
         """A small host list on the device without a sync (pinned, non-blocking copy)."""
         pin = self.device.type == "cuda"
         return torch.tensor(values, dtype=dtype, pin_memory=pin).to(self.device, non_blocking=pin)
@@ -150,9 +152,13 @@ class Sampler:
             else (r.sampling.seed * 0x9E3779B97F4A7C15 + len(r.output_ids)) & (2**63 - 1)
             for r in reqs
         ]
-        return gumbel_sample(
-            logits, self._tensor(temps, torch.float32), self._tensor(seeds, torch.long)
-        )
+        # both cross in one copy: the seeds, then the temperatures' float32 bits
+        n = len(reqs)
+        host = np.empty(n + (n + 1) // 2, dtype=np.int64)
+        host[:n] = seeds
+        host[n:].view(np.float32)[:n] = temps
+        dev = self._tensor(host, torch.long)
+        return gumbel_sample(logits, dev[n:].view(torch.float32)[:n], dev[:n])
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         """The torch draw (CPU, and truncated rows on CUDA).

@@ -221,8 +221,10 @@ class Scheduler:
         out_loc = np.concatenate(locs)
         assert out_loc.shape[0] == len(ids) > 0
         self.cache.flush_table()
-        ids_t, pos_t, loc_t, index_t, slots_t = to_device_packed(
-            [ids, pos, out_loc, pool_index, pool_slots], device
+        sample_reqs = [r for r in reqs if r.can_sample]
+        ids_t, pos_t, loc_t, index_t, slots_t, sample_rows = to_device_packed(
+            [ids, pos, out_loc, pool_index, pool_slots, [r.table_idx for r in sample_reqs]],
+            device,
         )
         return Batch(
             reqs=reqs,
@@ -230,9 +232,10 @@ class Scheduler:
             positions=pos_t,
             out_loc=loc_t,
             extend_lens=[r.extend_len for r in reqs],
-            sample_reqs=[r for r in reqs if r.can_sample],
+            sample_reqs=sample_reqs,
             pool_index=index_t if pool_index else None,
             pool_slots=slots_t if pool_index else None,
+            sample_rows=sample_rows,
         )
 
     def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
