@@ -101,8 +101,7 @@ class Sampler:
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
 
-    def _tensor(self, values: list[int] | list[float] | np.ndarray,
-                dtype: torch.dtype) -> torch.Tensor:
+    def _tensor(self, values: list[int] | list[float], dtype: torch.dtype) -> torch.Tensor:
         """A small host list on the device without a sync (pinned, non-blocking copy)."""
         pin = self.device.type == "cuda"
         return torch.tensor(values, dtype=dtype, pin_memory=pin).to(self.device, non_blocking=pin)
@@ -154,10 +153,11 @@ class Sampler:
         ]
         # both cross in one copy: the seeds, then the temperatures' float32 bits
         n = len(reqs)
-        host = np.empty(n + (n + 1) // 2, dtype=np.int64)
-        host[:n] = seeds
-        host[n:].view(np.float32)[:n] = temps
-        dev = self._tensor(host, torch.long)
+        host = torch.empty(n + (n + 1) // 2, dtype=torch.long, pin_memory=True)
+        packed = host.numpy()
+        packed[:n] = seeds
+        packed[n:].view(np.float32)[:n] = temps
+        dev = host.to(self.device, non_blocking=True)
         return gumbel_sample(logits, dev[n:].view(torch.float32)[:n], dev[:n])
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
