@@ -151,14 +151,17 @@ class Sampler:
             else (r.sampling.seed * 0x9E3779B97F4A7C15 + len(r.output_ids)) & (2**63 - 1)
             for r in reqs
         ]
-        # both cross in one copy: the seeds, then the temperatures' float32 bits
+        # Both cross in one copy: the seeds, then the temperatures' float32 bits from a
+        # 16-byte aligned offset (Triton specializes on pointer alignment: see
+        # scheduler/cache.py's to_device_packed).
         n = len(reqs)
-        host = torch.empty(n + (n + 1) // 2, dtype=torch.long, pin_memory=True)
+        m = n + n % 2
+        host = torch.empty(m + (n + 1) // 2, dtype=torch.long, pin_memory=True)
         packed = host.numpy()
         packed[:n] = seeds
-        packed[n:].view(np.float32)[:n] = temps
+        packed[m:].view(np.float32)[:n] = temps
         dev = host.to(self.device, non_blocking=True)
-        return gumbel_sample(logits, dev[n:].view(torch.float32)[:n], dev[:n])
+        return gumbel_sample(logits, dev[m:].view(torch.float32)[:n], dev[:n])
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         """The torch draw (CPU, and truncated rows on CUDA).
