@@ -44,6 +44,7 @@ from minisgl_worker.attention.triton_decode import (
     gather_tile,
     load_query_group,
     online_softmax_step,
+    softmax_init,
     softmax_update,
     store_output,
 )
@@ -99,9 +100,7 @@ def _table_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_lo
     b, first_page, kv_len = _program(table_ptr)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    m_i = tl.full((GP,), float("-inf"), tl.float32)
-    l_i = tl.zeros((GP,), tl.float32)
-    acc = tl.zeros((GP, D), tl.float32)
+    m_i, l_i, acc = softmax_init(GP, D)
     if PEEL:
         full = kv_len // BLOCK * BLOCK
         m_i, l_i, acc = _steps(q, k_ptr, v_ptr, indices_ptr, first_page, 0, full, h, d,
@@ -128,9 +127,7 @@ def _rotated_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, table_ptr, scale_
     b, first_page, kv_len = _program(table_ptr)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    m_i = tl.full((GP,), float("-inf"), tl.float32)
-    l_i = tl.zeros((GP,), tl.float32)
-    acc = tl.zeros((GP, D), tl.float32)
+    m_i, l_i, acc = softmax_init(GP, D)
     t = tl.arange(0, BLOCK)
     k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, t < kv_len, h, d, HKV, D, PAGE)
     s = tl.where((t < kv_len)[None, :], tl.dot(q, tl.trans(k)) * scale_log2, float("-inf"))

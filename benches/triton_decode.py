@@ -27,6 +27,7 @@ from minisgl_worker.attention.triton_decode import (
     gather_tile,
     load_query_group,
     online_softmax_step,
+    softmax_init,
     store_output,
 )
 
@@ -50,9 +51,7 @@ def _partial_kernel(q_ptr, k_ptr, v_ptr, indptr_ptr, indices_ptr, lens_ptr, orde
     page_base = tl.load(indptr_ptr + b)
     q, heads, rows = load_query_group(q_ptr, b, h, HKV * GROUP * D, D, GROUP, GP, D)
     d = tl.arange(0, D)
-    m_i = tl.full((GP,), float("-inf"), tl.float32)
-    l_i = tl.zeros((GP,), tl.float32)
-    acc = tl.zeros((GP, D), tl.float32)
+    m_i, l_i, acc = softmax_init(GP, D)
     for t0 in range(start, end, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         valid = t < end

@@ -52,6 +52,14 @@ def load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP: tl.constexpr,
 
 
 @triton.jit
+def softmax_init(GP: tl.constexpr, D: tl.constexpr):
+    """The online softmax's empty state for GP query rows of head dim D -> (running max
+    m_i, sum l_i, unnormalized output acc), as `softmax_update` takes them."""
+    return (tl.full((GP,), float("-inf"), tl.float32), tl.zeros((GP,), tl.float32),
+            tl.zeros((GP, D), tl.float32))
+
+
+@triton.jit
 def softmax_update(s, v, m_i, l_i, acc):
     """The online softmax's update with one tile: scores s (rows, tile) in log2 units (-inf
     where masked) and values v (tile, D), into the running max m_i, sum l_i and
@@ -97,9 +105,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
         tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
-    m_i = tl.full((GP,), float("-inf"), tl.float32)
-    l_i = tl.zeros((GP,), tl.float32)
-    acc = tl.zeros((GP, D), tl.float32)
+    m_i, l_i, acc = softmax_init(GP, D)
     for t0 in range(0, kv_len, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         valid = t < kv_len
