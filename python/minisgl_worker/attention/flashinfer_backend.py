@@ -43,9 +43,7 @@ def paged_kv_meta(
     numbers cross to it, not one index per page): at page size 1 a batch of 256 x 1024
     tokens has 262k pages, and building their index lists on the host cost ~5 ms a step."""
     lens = np.asarray(kv_lens, dtype=np.int64)
-    pages = (lens + page_size - 1) // page_size
-    indptr = np.zeros(len(pages) + 1, dtype=np.int64)
-    np.cumsum(pages, out=indptr[1:])
+    pages, indptr, last = page_counts(lens, page_size)
     total, device = int(indptr[-1]), page_table.device
     sizes = _to_device(np.stack([np.asarray(rows, dtype=np.int64), pages, indptr[:-1]]), device)
     row_t, pages_t, start_t = sizes  # (B,) each
@@ -59,8 +57,19 @@ def paged_kv_meta(
         qo_indptr=_indptr(q_lens),
         kv_indptr=torch.from_numpy(indptr.astype(np.int32)),
         kv_indices=kv_indices.to(torch.int32),
-        kv_last_page_len=torch.from_numpy((lens - (pages - 1) * page_size).astype(np.int32)),
+        kv_last_page_len=torch.from_numpy(last.astype(np.int32)),
     )
+
+
+def page_counts(
+    lens: np.ndarray, page_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Requests of `lens` tokens (int64) -> (pages each, their CSR indptr (B+1,), tokens in
+    each last page (>= 1))."""
+    pages = (lens + page_size - 1) // page_size
+    indptr = np.zeros(len(pages) + 1, dtype=np.int64)
+    np.cumsum(pages, out=indptr[1:])
+    return pages, indptr, lens - (pages - 1) * page_size
 
 
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -120,13 +129,10 @@ class FlashInferBackend(BaseAttnBackend):
         ps, pad = self.kv_pool.page_size, padded_bs - batch.size
         lens = np.array([r.device_len for r in batch.reqs] + [1] * pad, dtype=np.int64)
         rows = np.array([r.table_idx for r in batch.reqs] + [-1] * pad, dtype=np.int64)
-        pages = (lens + ps - 1) // ps
-        indptr = np.zeros(padded_bs + 1, dtype=np.int64)
-        np.cumsum(pages, out=indptr[1:])
+        pages, indptr, last = page_counts(lens, ps)
         indices = self.attn.graph_page_ids(int(indptr[-1]))
-        gather_page_ids(self.page_table, rows, pages, indptr[:-1], ps, self.kv_pool.dummy_page,
-                        indices)
-        last = lens - (pages - 1) * ps
+        sizes = _to_device(np.stack([rows, pages, indptr[:-1]]), self.page_table.device)
+        gather_page_ids(self.page_table, sizes, ps, self.kv_pool.dummy_page, indices)
         self.attn.plan_cuda_graph(torch.from_numpy(indptr.astype(np.int32)), indices,
                                   torch.from_numpy(last.astype(np.int32)), split_kv)
 

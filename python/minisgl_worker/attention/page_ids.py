@@ -9,7 +9,6 @@ Here one program per (padded) request writes its page ids straight into the buff
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -37,16 +36,14 @@ def _page_ids_kernel(table_ptr, table_stride, sizes_ptr, out_ptr, bs, dummy_page
         tl.store(out_ptr + start + j, page.to(out_ptr.dtype.element_ty), mask=valid)
 
 
-def gather_page_ids(page_table: torch.Tensor, rows: np.ndarray, pages: np.ndarray,
-                    starts: np.ndarray, page_size: int, dummy_page: int,
-                    out: torch.Tensor) -> None:
-    """Request i (page-table row rows[i], or a padding request where rows[i] < 0) gets its
-    pages[i] page ids at out[starts[i]:]; a padding request's are all `dummy_page`. The host
-    arrays cross in one pinned copy. Stream-ordered, no sync."""
-    assert page_table.stride(1) == 1 and len(rows) == len(pages) == len(starts)
-    sizes = torch.from_numpy(np.stack([rows, pages, starts]).astype(np.int64))
-    if out.is_cuda:
-        sizes = sizes.pin_memory().to(out.device, non_blocking=True)
-    if len(rows):
-        _page_ids_kernel[(len(rows),)](page_table, page_table.stride(0), sizes, out, len(rows),
-                                       dummy_page, PAGE=page_size, BLOCK=BLOCK, num_warps=4)
+def gather_page_ids(page_table: torch.Tensor, sizes: torch.Tensor, page_size: int,
+                    dummy_page: int, out: torch.Tensor) -> None:
+    """sizes (3, B) int64 on the table's device: request i (page-table row sizes[0, i], or a
+    padding request where that is < 0) gets its sizes[1, i] page ids at out[sizes[2, i]:];
+    a padding request's are all `dummy_page`. Stream-ordered, no sync."""
+    bs = sizes.shape[1]
+    assert page_table.stride(1) == 1 and sizes.shape == (3, bs) and sizes.is_contiguous()
+    assert sizes.dtype == torch.int64 and sizes.device == page_table.device == out.device
+    if bs:
+        _page_ids_kernel[(bs,)](page_table, page_table.stride(0), sizes, out, bs, dummy_page,
+                                PAGE=page_size, BLOCK=BLOCK, num_warps=4)

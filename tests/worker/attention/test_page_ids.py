@@ -38,8 +38,9 @@ def check() -> None:
         pages = np.array([-(-n // page_size) for n in lens] + [1] * pad, dtype=np.int64)
         starts = np.cumsum(pages) - pages
         out = torch.full((int(pages.sum()) + 5,), -7, dtype=torch.int32)  # 5 past the end
-        gather_page_ids(table, np.array(rows + [-1] * pad, dtype=np.int64), pages, starts,
-                        page_size, dummy, out)
+        sizes = torch.from_numpy(np.stack([np.array(rows + [-1] * pad, dtype=np.int64), pages,
+                                           starts]))
+        gather_page_ids(table, sizes, page_size, dummy, out)
         assert torch.equal(out[: len(expect)], expect), (case, out, expect)
         assert (out[len(expect):] == -7).all(), "wrote past the batch's page ids"
         print(f"case {case}: {len(rows)} requests + {pad} padding, page {page_size}: equal")
