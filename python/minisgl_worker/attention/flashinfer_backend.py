@@ -15,6 +15,7 @@ import torch
 
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
+from ..transfer import to_device
 from .base import BaseAttnBackend, Rope, rope_and_store
 from .flashinfer_kernels import FlashInferPagedAttention, PrefillBackend
 
@@ -45,7 +46,7 @@ def paged_kv_meta(
     lens = np.asarray(kv_lens, dtype=np.int64)
     pages, indptr, last = page_counts(lens, page_size)
     total, device = int(indptr[-1]), page_table.device
-    sizes = _to_device(np.stack([np.asarray(rows, dtype=np.int64), pages, indptr[:-1]]), device)
+    sizes = to_device(np.stack([np.asarray(rows, dtype=np.int64), pages, indptr[:-1]]), device)
     row_t, pages_t, start_t = sizes  # (B,) each
     row_idx = torch.repeat_interleave(row_t, pages_t, output_size=total)  # no sync: sized
     first = torch.repeat_interleave(start_t, pages_t, output_size=total)
@@ -71,12 +72,6 @@ def page_counts(
     np.cumsum(pages, out=indptr[1:])
     return pages, indptr, lens - (pages - 1) * page_size
 
-
-def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _indptr(lens: Sequence[int]) -> torch.Tensor:
@@ -131,7 +126,7 @@ class FlashInferBackend(BaseAttnBackend):
         rows = np.array([r.table_idx for r in batch.reqs] + [-1] * pad, dtype=np.int64)
         pages, indptr, last = page_counts(lens, ps)
         indices = self.attn.graph_page_ids(int(indptr[-1]))
-        sizes = _to_device(np.stack([rows, pages, indptr[:-1]]), self.page_table.device)
+        sizes = to_device(np.stack([rows, pages, indptr[:-1]]), self.page_table.device)
         gather_page_ids(self.page_table, sizes, ps, self.kv_pool.dummy_page, indices)
         self.attn.plan_cuda_graph(torch.from_numpy(indptr.astype(np.int32)), indices,
                                   torch.from_numpy(last.astype(np.int32)), split_kv)

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ..pdl import launches_pdl
+from ..transfer import to_device
 
 LOG2E = 1.4426950408889634
 BLOCK_T, NUM_WARPS, NUM_STAGES = 128, 4, 2  # the bench's best at every step it timed
@@ -131,21 +132,18 @@ class WholeKVDecode:
         self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
         self.page_size, self.indices = page_size, indices
         self.scale_log2 = sm_scale * LOG2E
-        self._host = torch.empty(3 * batch_size + 1, dtype=torch.int32,
-                                 pin_memory=indices.is_cuda)
-        self._meta = torch.empty_like(self._host, device=indices.device)
+        self._meta = torch.empty(3 * batch_size + 1, dtype=torch.int32, device=indices.device)
 
     def plan(self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor) -> None:
-        """Host int32 metadata of the padded batch. The caller has waited for the previous
-        plan's copy (the pinned buffer is reused)."""
+        """The padded batch's int32 metadata, from host tensors, into the graphs' buffer
+        (through the copy stream: a device-to-device copy stays on the compute stream)."""
         bs = self.bs
         assert kv_last_page_len.numel() == bs, (kv_last_page_len.numel(), bs)
         indptr, last = kv_indptr.numpy(), kv_last_page_len.numpy()
         lens = (np.diff(indptr) - 1) * self.page_size + last
-        host = self._host.numpy()
-        host[: bs + 1], host[bs + 1 : 2 * bs + 1] = indptr, last
-        host[2 * bs + 1 :] = np.argsort(-lens, kind="stable")
-        self._meta.copy_(self._host, non_blocking=True)
+        order = np.argsort(-lens, kind="stable")
+        meta = np.concatenate([indptr, last, order]).astype(np.int32)
+        self._meta.copy_(to_device(meta, self._meta.device, torch.int32))
 
     def run(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
             out: torch.Tensor | None = None) -> torch.Tensor:

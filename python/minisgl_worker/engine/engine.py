@@ -23,6 +23,7 @@ from ..attention.base import BaseAttnBackend
 from ..core import Batch, Context, clear_global_ctx, set_global_ctx
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig, create_model
+from ..transfer import to_device
 from .config import EngineConfig
 from .graph import GraphRunner
 from .memory import plan_kv_memory
@@ -155,12 +156,6 @@ class Engine:
         assert tokens >= ps, f"no memory left for the KV cache ({budget} bytes)"
         return tokens // ps
 
-    def _to_device(self, values: list[int]) -> torch.Tensor:
-        """A small host list on the device without a sync (pinned, non-blocking)."""
-        pin = self.device.type == "cuda"
-        t = torch.tensor(values, dtype=torch.long, pin_memory=pin)
-        return t.to(self.device, non_blocking=pin)
-
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> ForwardOutput:
         if batch.pool_index is not None:
@@ -168,7 +163,7 @@ class Engine:
         if self.graphs is not None and self.graphs.can_run(batch):
             logits = self.graphs.replay(batch)  # (B, V), every request samples
         else:
-            indices = self._to_device(batch.last_token_indices)
+            indices = to_device(batch.last_token_indices, self.device)
             if self.pieces is not None and self.pieces.can_run(batch):
                 logits = self.pieces.run(batch, indices)
             else:
@@ -180,7 +175,7 @@ class Engine:
         if batch.sample_reqs:
             rows = batch.sample_rows
             if rows is None:
-                rows = self._to_device([r.table_idx for r in batch.sample_reqs])
+                rows = to_device([r.table_idx for r in batch.sample_reqs], self.device)
             self.token_pool[rows] = tokens_gpu
         event = None
         if self.device.type == "cuda":

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..core import PENDING_TOKEN, Req
+from ..transfer import to_device, upload
 
 
 class SampleOutput(NamedTuple):
@@ -81,7 +82,7 @@ class Sampler:
                 self._apply_penalties(logits[i], req)
             if req.sampling.logit_bias:
                 ids, bias = zip(*req.sampling.logit_bias)
-                logits[i, list(ids)] += self._tensor(list(bias), logits.dtype)
+                logits[i, list(ids)] += to_device(list(bias), self.device, logits.dtype)
             if _stop_masked(req):
                 stop_ids = list(req.sampling.stop_token_ids)
                 if not req.sampling.ignore_eos:
@@ -90,21 +91,16 @@ class Sampler:
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
         # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
         # then see the same scaled logits, bit for bit.
-        logits.mul_(self._tensor(temps, torch.float32).reciprocal()[:, None])
+        logits.mul_(to_device(temps, self.device, torch.float32).reciprocal()[:, None])
         tokens = logits.argmax(-1)
         rows = [i for i, r in enumerate(reqs) if not r.sampling.is_greedy]
         if len(rows) == len(reqs):
             tokens = self._draw(logits, reqs)
         elif rows:
-            index = self._tensor(rows, torch.long)
+            index = to_device(rows, self.device, torch.long)
             tokens[index] = self._draw(logits[index], [reqs[i] for i in rows])
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
-
-    def _tensor(self, values: list[int] | list[float], dtype: torch.dtype) -> torch.Tensor:
-        """A small host list on the device without a sync (pinned, non-blocking copy)."""
-        pin = self.device.type == "cuda"
-        return torch.tensor(values, dtype=dtype, pin_memory=pin).to(self.device, non_blocking=pin)
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]
@@ -136,7 +132,7 @@ class Sampler:
         cut = [i for i, c in enumerate(cuts) if c]
         tokens = torch.empty(len(reqs), dtype=torch.long, device=logits.device)
         for rows, draw in ((plain, self._gumbel), (cut, self._race)):
-            index = self._tensor(rows, torch.long)
+            index = to_device(rows, self.device, torch.long)
             tokens[index] = draw(logits[index], [reqs[i] for i in rows])
         return tokens
 
@@ -153,14 +149,14 @@ class Sampler:
         ]
         # Both cross in one copy: the seeds, then the temperatures' float32 bits from a
         # 16-byte aligned offset (Triton specializes on pointer alignment: see
-        # scheduler/cache.py's to_device_packed).
+        # transfer.to_device_packed).
         n = len(reqs)
         m = n + n % 2
         host = torch.empty(m + (n + 1) // 2, dtype=torch.long, pin_memory=True)
         packed = host.numpy()
         packed[:n] = seeds
         packed[m:].view(np.float32)[:n] = temps
-        dev = host.to(self.device, non_blocking=True)
+        dev = upload(host, self.device)
         return gumbel_sample(logits, dev[m:].view(torch.float32)[:n], dev[:n])
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
@@ -177,7 +173,7 @@ class Sampler:
             probs = self._top_k_top_p(probs, top_k, top_p)
         min_p = [r.sampling.min_p for r in reqs]
         if any(p > 0 for p in min_p):
-            floor = self._tensor(min_p, probs.dtype)[:, None] * probs.amax(-1, keepdim=True)
+            floor = to_device(min_p, self.device, probs.dtype)[:, None] * probs.amax(-1, keepdim=True)
             probs = probs.masked_fill(probs < floor, 0.0)
         noise = torch.empty_like(probs)
         if any(r.sampling.seed is None for r in reqs):
@@ -193,10 +189,10 @@ class Sampler:
     ) -> torch.Tensor:
         sorted_p, idx = probs.sort(dim=-1, descending=True)  # (S, V)
         vocab = probs.shape[1]
-        ks = self._tensor([k if k > 0 else vocab for k in top_k], torch.long)
+        ks = to_device([k if k > 0 else vocab for k in top_k], self.device, torch.long)
         ranks = torch.arange(vocab, device=probs.device)[None, :]
         drop = ranks >= ks[:, None]
-        ps = self._tensor(top_p, probs.dtype)
+        ps = to_device(top_p, self.device, probs.dtype)
         # Keep the smallest prefix whose mass reaches top_p (always at least one token).
         drop |= (sorted_p.cumsum(-1) - sorted_p) >= ps[:, None]
         sorted_p = sorted_p.masked_fill(drop, 0.0)

@@ -18,6 +18,7 @@ import torch
 
 from ..core import PENDING_TOKEN, Req
 from ..kvcache import BasePrefixCache, PageAllocator
+from ..transfer import to_device_packed
 
 
 class CacheManager:
@@ -167,25 +168,3 @@ class CacheManager:
         rows_t, cols_t, vals_t = to_device_packed([rows, cols, vals], self.page_table.device)
         self.page_table[rows_t, cols_t] = vals_t.to(self.page_table.dtype)
 
-
-def to_device(a: np.ndarray | list[int], device: torch.device) -> torch.Tensor:
-    """A host array on the device without a sync (pinned memory, non-blocking copy)."""
-    t = torch.from_numpy(np.asarray(a, dtype=np.int64))
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
-
-
-def to_device_packed(arrays: list[np.ndarray | list[int]],
-                     device: torch.device) -> list[torch.Tensor]:
-    """Several host arrays on the device as int64 views of one buffer: one copy instead of
-    one each (a pinned copy is ~2 us on the stream plus a few us of gap before it, and a
-    decode step made ~13 of them). Each view starts 16-byte aligned: Triton specializes
-    kernels on their pointers' alignment, and a misaligned one costs a compile (~0.2 s)."""
-    flat = [np.asarray(a, dtype=np.int64) for a in arrays]
-    starts = np.cumsum([0] + [len(a) + len(a) % 2 for a in flat])  # even: 16-byte aligned
-    packed = np.zeros(int(starts[-1]), dtype=np.int64)
-    for a, start in zip(flat, starts):
-        packed[start : start + len(a)] = a
-    t = to_device(packed, device)
-    return [t[start : start + len(a)] for a, start in zip(flat, starts)]

@@ -40,7 +40,8 @@ from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, Generate, Load, TokenOutput
-from .cache import CacheManager, to_device_packed
+from ..transfer import to_device_packed
+from .cache import CacheManager
 from .decode import DecodeManager
 from .prefill import PrefillAdder
 from .table import TableManager
