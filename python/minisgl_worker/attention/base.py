@@ -49,16 +49,17 @@ def rope_and_store(kv_pool: MHAKVPool, layer_id: int, out_loc: torch.Tensor, q: 
     """Apply `rope` to q and k and write k and v into the pool at `out_loc` -> the new q,
     written into `q_out` when given (the fused kernel only). With the rotary's fused cos/sin
     cache (CUDA) that is one kernel (kvcache/store.py), q updated in place."""
-    if rope is None or rope.rotary.cos_sin is None:
+    cos_sin = rope.rotary.cos_sin if rope is not None else None
+    if rope is None or cos_sin is None:
         assert q_out is None, "q_out needs the fused RoPE kernel (CUDA, bf16/fp16)"
         return _rope_and_store_torch(kv_pool, layer_id, out_loc, q, k, v, rope)
-    rotary, positions, qk_norm = rope
+    _, positions, qk_norm = rope
     norm = None
     if qk_norm is not None:
         q_norm, k_norm = qk_norm
         assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
         norm = (q_norm.weight, k_norm.weight, q_norm.eps)
-    kv_pool.rope_store(layer_id, out_loc, positions, rotary.cos_sin, q, k, v, norm, q_out)
+    kv_pool.rope_store(layer_id, out_loc, positions, cos_sin, q, k, v, norm, q_out)
     return q if q_out is None else q_out
 
 

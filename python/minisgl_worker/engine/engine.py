@@ -95,15 +95,16 @@ class Engine:
         if graph_bs or bucket_sizes:
             from ..attention.flashinfer_backend import FlashInferBackend
 
-            assert isinstance(self.attn_backend, FlashInferBackend)
-        if graph_bs:
-            max_pages = -(-self.max_context // self.page_size)
-            with torch.inference_mode():
-                self.graphs = GraphRunner(self.model, self.attn_backend, self.ctx, graph_bs,
-                                          max_pages, self.device)
-        if bucket_sizes:
-            self.pieces = PiecewiseGraphs(self.model, self.attn_backend, self.ctx,
-                                          bucket_sizes, self.device)
+            backend = self.attn_backend
+            assert isinstance(backend, FlashInferBackend)
+            if graph_bs:
+                max_pages = -(-self.max_context // self.page_size)
+                with torch.inference_mode():
+                    self.graphs = GraphRunner(self.model, backend, self.ctx, graph_bs,
+                                              max_pages, self.device)
+            if bucket_sizes:
+                self.pieces = PiecewiseGraphs(self.model, backend, self.ctx, bucket_sizes,
+                                              self.device)
         logger.info(
             "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise "
             "buckets %s), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
