@@ -66,10 +66,11 @@ class CacheManager:
     def extend(self, req: Req, new_len: int) -> np.ndarray:
         """Give the request KV slots for positions [cached_len, new_len); returns them."""
         need = self.pages_needed(req, new_len)
-        short = need - self.allocator.num_free
-        if short > 0:  # each evict walks the cache: evict in batches, so rarely
-            self.allocator.free(self.prefix_cache.evict(max(short, self._evict_batch)))
-        self._pages[req.rid] += self.allocator.allocate(need)
+        if need:  # (most decode steps need none)
+            short = need - self.allocator.num_free
+            if short > 0:  # each evict walks the cache: evict in batches, so rarely
+                self.allocator.free(self.prefix_cache.evict(max(short, self._evict_batch)))
+            self._pages[req.rid] += self.allocator.allocate(need)
         return self._write_table(req, req.cached_len, new_len)
 
     def share_prefix(self, req: Req) -> None:
@@ -110,6 +111,9 @@ class CacheManager:
             full, not_kept = num_shared, []
         self.prefix_cache.unlock(handle)
         self.allocator.free(not_kept + pages[full:])
+        # Its unflushed table writes must not land: the row goes to the next admitted
+        # request, whose own writes to the same entries would race them in one index_put.
+        self._pending = [w for w in self._pending if w[0] != req.table_idx]
 
     def _known_full_pages(self, req: Req) -> int:
         """Full pages of computed KV whose tokens are known: under overlap scheduling the
@@ -139,9 +143,9 @@ class CacheManager:
             assert cached_set.issuperset(pages[: self._prefix[rid][1]]), f"rid {rid} prefix"
 
     def _write_table(self, req: Req, start: int, end: int) -> np.ndarray:
-        """Slots of positions [start, end) (int64, host). On CUDA the page-table write is
-        queued, and `flush_table` issues every queued write of a step at once: one small
-        copy per request (plus a sync for the pageable list) cost ~100 us each, most of a
+        """Slots of positions [start, end) (int64, host). The page-table write is queued,
+        and `flush_table` issues every queued write of a step at once: one small copy per
+        request (plus a sync for the pageable list) cost ~100 us each on CUDA, most of a
         decode step at batch 256."""
         ps, pages = self.page_size, self._pages[req.rid]
         if end - start == 1:  # a decode: no numpy temporaries
@@ -151,20 +155,23 @@ class CacheManager:
             first = start // ps
             held = np.asarray(pages[first : -(-end // ps)], dtype=np.int64)
             slots = held[pos // ps - first] * ps + pos % ps
-        if self.page_table.device.type != "cuda":  # nothing to batch: write it now
-            self.page_table[req.table_idx, start:end] = torch.from_numpy(slots)
-        elif len(slots):
+        if len(slots):
             self._pending.append((req.table_idx, start, slots))
         return slots
 
     def flush_table(self) -> None:
-        """Write the queued page-table entries (before a forward reads the table)."""
+        """Write the queued page-table entries (before a forward reads the table): one
+        index_put for the step, its indices built with a fixed number of numpy calls."""
         if not self._pending:
             return
-        rows = np.concatenate([np.full(len(s), row) for row, _, s in self._pending])
-        cols = np.concatenate([np.arange(st, st + len(s)) for _, st, s in self._pending])
-        vals = np.concatenate([s for _, _, s in self._pending])
+        row, start, slots = zip(*self._pending)
         self._pending.clear()
+        lens = np.fromiter(map(len, slots), dtype=np.int64, count=len(slots))
+        rows = np.repeat(np.asarray(row, dtype=np.int64), lens)
+        # column = the write's start + the entry's offset within its write
+        first = np.cumsum(lens) - lens  # each write's first entry in the flat arrays
+        cols = np.repeat(np.asarray(start, dtype=np.int64) - first, lens) + np.arange(len(rows))
+        vals = np.concatenate(slots)
         rows_t, cols_t, vals_t = to_device_packed([rows, cols, vals], self.page_table.device)
         self.page_table[rows_t, cols_t] = vals_t.to(self.page_table.dtype)
 

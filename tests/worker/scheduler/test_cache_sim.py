@@ -116,6 +116,7 @@ class Sim:
         req.status, req.table_idx, req.cached_len, req.device_len = ReqStatus.WAITING, -1, 0, 0
 
     def check(self) -> None:
+        self.cache.flush_table()  # as the scheduler does before a forward reads the table
         self.cache.check_integrity()
         assert self.table.num_used == len(self.running)
         for req in self.running:
