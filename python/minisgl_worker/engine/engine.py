@@ -93,18 +93,7 @@ class Engine:
         self.graphs: GraphRunner | None = None
         self.pieces: PiecewiseGraphs | None = None
         if graph_bs or bucket_sizes:
-            from ..attention.flashinfer_backend import FlashInferBackend
-
-            backend = self.attn_backend
-            assert isinstance(backend, FlashInferBackend)
-            if graph_bs:
-                max_pages = -(-self.max_context // self.page_size)
-                with torch.inference_mode():
-                    self.graphs = GraphRunner(self.model, backend, self.ctx, graph_bs,
-                                              max_pages, self.device)
-            if bucket_sizes:
-                self.pieces = PiecewiseGraphs(self.model, backend, self.ctx, bucket_sizes,
-                                              self.device)
+            self._capture_graphs(graph_bs, bucket_sizes)
         logger.info(
             "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise "
             "buckets %s), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
@@ -114,6 +103,22 @@ class Engine:
             self.kv_pool.num_slots,
             num_pages, self.page_size, self.max_context,
         )
+
+    def _capture_graphs(self, graph_bs: int, bucket_sizes: list[int]) -> None:
+        """Decode CUDA graphs up to batch `graph_bs` (0: none) and piecewise graphs for
+        steps with prompt tokens at `bucket_sizes` (FlashInfer only)."""
+        from ..attention.flashinfer_backend import FlashInferBackend
+
+        backend = self.attn_backend
+        assert isinstance(backend, FlashInferBackend)
+        if graph_bs:
+            max_pages = -(-self.max_context // self.page_size)
+            with torch.inference_mode():
+                self.graphs = GraphRunner(self.model, backend, self.ctx, graph_bs, max_pages,
+                                          self.device)
+        if bucket_sizes:
+            self.pieces = PiecewiseGraphs(self.model, backend, self.ctx, bucket_sizes,
+                                          self.device)
 
     def _build_jit(self) -> None:
         """Compile every FlashInfer module this engine uses in one parallel ninja run
