@@ -22,7 +22,7 @@ from minisgl_worker.core import Batch, Req
 from minisgl_worker.kvcache import MHAKVPool
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
-from minisgl_worker.scheduler.cache import to_device
+from minisgl_worker.transfer import to_device
 
 
 def median_ms(fn: Callable[[], object], iters: int) -> float:

@@ -73,7 +73,6 @@ def page_counts(
     return pages, indptr, lens - (pages - 1) * page_size
 
 
-
 def _indptr(lens: Sequence[int]) -> torch.Tensor:
     out = torch.zeros(len(lens) + 1, dtype=torch.int32)
     torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0, out=out[1:])

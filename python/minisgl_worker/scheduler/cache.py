@@ -174,4 +174,3 @@ class CacheManager:
         vals = np.concatenate(slots)
         rows_t, cols_t, vals_t = to_device_packed([rows, cols, vals], self.page_table.device)
         self.page_table[rows_t, cols_t] = vals_t.to(self.page_table.dtype)
-
