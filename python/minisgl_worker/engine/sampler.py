@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..core import PENDING_TOKEN, Req
-from ..transfer import to_device, upload
+from ..transfer import to_device, to_device_packed
 
 
 class SampleOutput(NamedTuple):
@@ -147,17 +147,13 @@ class Sampler:
             else (r.sampling.seed * 0x9E3779B97F4A7C15 + len(r.output_ids)) & (2**63 - 1)
             for r in reqs
         ]
-        # Both cross in one copy: the seeds, then the temperatures' float32 bits from a
-        # 16-byte aligned offset (Triton specializes on pointer alignment: see
-        # transfer.to_device_packed).
+        # Both cross in one copy: the temperatures as float32 bits in int64 words (padded
+        # to a whole word), each part 16-byte aligned (transfer.to_device_packed).
         n = len(reqs)
-        m = n + n % 2
-        host = torch.empty(m + (n + 1) // 2, dtype=torch.long, pin_memory=True)
-        packed = host.numpy()
-        packed[:n] = seeds
-        packed[m:].view(np.float32)[:n] = temps
-        dev = upload(host, self.device)
-        return gumbel_sample(logits, dev[m:].view(torch.float32)[:n], dev[:n])
+        temps32 = np.zeros(n + n % 2, dtype=np.float32)
+        temps32[:n] = temps
+        seeds_t, temps_t = to_device_packed([seeds, temps32.view(np.int64)], self.device)
+        return gumbel_sample(logits, temps_t.view(torch.float32)[:n], seeds_t)
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         """The torch draw (CPU, and truncated rows on CUDA).
