@@ -5,6 +5,7 @@ tiles. Each call is timed inside a CUDA graph over enough weight copies (>= 512 
 the weight comes from HBM, not L2, as it does layer after layer in a decode step.
 
     python benches/gemm_small_m.py --json tiles.json
+    python benches/gemm_small_m.py --cublas-scan --m 1,2,4,8,16,24  # cuBLAS alone, by M
 
 Prints per shape and M: microseconds and weight-streaming TB/s for each, and the best tile.
 Result on the H200 (benches/RESULTS.md): cuBLAS is as fast or faster at every M that
@@ -175,6 +176,25 @@ def tunable_vs_default(args: argparse.Namespace) -> None:
         print("tuned:", *result)
 
 
+def cublas_scan(args: argparse.Namespace) -> None:
+    """cuBLAS alone at every M asked for, and per model the sum of its four decode GEMMs a
+    layer; flags each M that costs more than a larger one (a batch padded up to that M would
+    run its GEMMs faster), which is what the decode graphs' batch sizes should avoid."""
+    per_model: dict[str, dict[int, float]] = {}
+    for name, m, nbytes, weights, x in cases(args):
+        t = time_us(F.linear, weights, x)
+        per_model.setdefault(name.split(".")[0], {}).setdefault(m, 0.0)
+        per_model[name.split(".")[0]][m] += t
+        print(f"{name:20s} {m:4d} {t:8.2f} us {nbytes / t / 1e6:6.2f} TB/s", flush=True)
+    for model, by_m in per_model.items():
+        ms = sorted(by_m)
+        print(f"{model}: four GEMMs a layer, us by M")
+        for i, m in enumerate(ms):
+            cheaper = [n for n in ms[i + 1:] if by_m[n] < by_m[m]]
+            note = f"  <- M = {cheaper[0]} is faster ({by_m[cheaper[0]]:.2f})" if cheaper else ""
+            print(f"  {m:4d} {by_m[m]:8.2f}{note}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--m", default="16,64,128,192,256")
@@ -183,8 +203,14 @@ def main() -> None:
     p.add_argument("--tunable", action="store_true",
                    help="cuBLAS's default against the best of cuBLASLt's top heuristics, as "
                    "picked by PyTorch's TunableOp (instead of the Triton tiles)")
+    p.add_argument("--cublas-scan", action="store_true",
+                   help="cuBLAS alone, and per model the four GEMMs' sum by M, flagging an M "
+                   "slower than a larger one")
     args = p.parse_args()
     torch.manual_seed(0)
+    if args.cublas_scan:
+        cublas_scan(args)
+        return
     if args.tunable:
         tunable_vs_default(args)
         return
