@@ -1,6 +1,7 @@
 """Random interleavings of generate / abort / step on a tiny pool, with and without overlap
 scheduling (forced on here; CUDA's default): the accounting invariants hold after every
-operation (with the cache's full integrity check); every request not aborted gets exactly
+operation (with the cache's full integrity check, and each running request's row of the page
+table against its pages); every request not aborted gets exactly
 its max_new_tokens tokens, the last one marked "length", and an aborted one none after its
 abort, however often the pool ran out and retracted it; once every request has ended every
 page is free or evictable and every slot is free. Prompts share prefixes so that the radix
@@ -11,10 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from minisgl_worker.protocol import Generate, SamplingParams, TokenOutput
 from minisgl_worker.scheduler import Scheduler
+
+from ..conftest import LLAMA3_ROPE, save_tiny_model
 
 SHARED = [(7 * i) % 250 + 3 for i in range(30)]
 OPS = st.lists(
@@ -27,18 +31,54 @@ OPS = st.lists(
 )
 
 
+COMMON = {  # the scheduler's settings, drawn for each example
+    "page_size": st.sampled_from([1, 4, 16]), "chunk": st.sampled_from([5, 64]),
+    "cache": st.sampled_from(["radix", "naive"]), "policy": st.sampled_from(["fcfs", "lof"]),
+    "mixed": st.sampled_from([None, 2]),
+}
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, page_size=st.sampled_from([1, 4, 16]), chunk=st.sampled_from([5, 64]),
-       cache=st.sampled_from(["radix", "naive"]), policy=st.sampled_from(["fcfs", "lof"]),
-       mixed=st.sampled_from([None, 2]), overlap=st.booleans())
+@given(ops=OPS, overlap=st.booleans(), **COMMON)
 def test_random_traffic_keeps_the_books(
     engine_factory: Any, tiny_llama: tuple[Path, Any], ops: list[tuple[str, int, int]],
     page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, overlap: bool,
 ) -> None:
     engine = engine_factory(tiny_llama[0], kv_tokens=64, page_size=page_size, max_running=3)
+    drive(Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
+                    mixed_chunk_size=mixed, overlap=overlap), ops)
+
+
+@pytest.fixture(scope="module")
+def cuda_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cuda-llama")  # head_dim 64: FlashInfer has no 16
+    save_tiny_model(path, hidden_size=256, rope_scaling=LLAMA3_ROPE)
+    return path
+
+
+@pytest.mark.gpu
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, **COMMON)
+def test_random_traffic_keeps_the_books_on_cuda(
+    engine_factory: Any, cuda_llama: Path, ops: list[tuple[str, int, int]],
+    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None,
+) -> None:
+    """The same on CUDA's defaults (bf16, FlashInfer, CUDA graphs, overlap on): the batch in
+    flight is really in flight, its tokens land in the GPU token pool, and page-table writes
+    are queued and flushed (a released request's queued writes must never land)."""
+    engine = engine_factory(cuda_llama, device="cuda", dtype="bfloat16", kv_tokens=64,
+                            page_size=page_size, max_running=3, chunk_size=64,
+                            cuda_graph_max_tokens=64)
     sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
-                      mixed_chunk_size=mixed, overlap=overlap)
+                      mixed_chunk_size=mixed)
+    assert sched.overlap
+    drive(sched, ops)
+
+
+def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
+    """Run the ops, then every request to its end, checking the books after each one."""
     wanted: dict[int, int] = {}  # rid -> max_new_tokens, for the requests not aborted
     got: dict[int, list[TokenOutput]] = {}
 
@@ -48,6 +88,7 @@ def test_random_traffic_keeps_the_books(
             got.setdefault(out.rid, []).append(out)
         sched.check_invariants()
         sched.cache.check_integrity()
+        check_page_table(sched)
 
     rid = 0
     for op, a, b in ops:
@@ -74,3 +115,17 @@ def test_random_traffic_keeps_the_books(
     assert sizes.protected_pages == 0
     assert sched.allocator.num_free + sizes.evictable_pages == sched.allocator.num_pages
     assert sched.table.num_free == sched.table.max_running
+
+
+def check_page_table(sched: Scheduler) -> None:
+    """Each running request's row of the engine's page table holds, for every position the
+    last launched batch computed, the slot its pages give (slot = page * size + offset).
+    Flushed first, as the next batch does before it reads the table (a prefix shared at
+    launch rewrites the row's entries by queued writes)."""
+    sched.cache.flush_table()
+    table, ps = sched.engine.page_table, sched.page_size
+    for req in sched.prefilling + sched.decode.reqs:
+        pages = sched.cache._pages[req.rid]
+        want = [pages[p // ps] * ps + p % ps for p in range(req.cached_len)]
+        assert table[req.table_idx, : req.cached_len].tolist() == want, req
+
