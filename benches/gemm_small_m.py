@@ -183,8 +183,8 @@ def cublas_scan(args: argparse.Namespace) -> None:
     per_model: dict[str, dict[int, float]] = {}
     for name, m, nbytes, weights, x in cases(args):
         t = time_us(F.linear, weights, x)
-        per_model.setdefault(name.split(".")[0], {}).setdefault(m, 0.0)
-        per_model[name.split(".")[0]][m] += t
+        by_m = per_model.setdefault(name.rsplit(".", 1)[0], {})  # "qwen3-0.6b.qkv" -> "qwen3-0.6b"
+        by_m[m] = by_m.get(m, 0.0) + t
         print(f"{name:20s} {m:4d} {t:8.2f} us {nbytes / t / 1e6:6.2f} TB/s", flush=True)
     for model, by_m in per_model.items():
         ms = sorted(by_m)

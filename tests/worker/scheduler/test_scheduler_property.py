@@ -1,11 +1,12 @@
 """Random interleavings of generate / abort / step on a tiny pool, with and without overlap
-scheduling (forced on here; CUDA's default): the accounting invariants hold after every
-operation (with the cache's full integrity check, and each running request's row of the page
-table against its pages); every request not aborted gets exactly
-its max_new_tokens tokens, the last one marked "length", and an aborted one none after its
-abort, however often the pool ran out and retracted it; once every request has ended every
-page is free or evictable and every slot is free. Prompts share prefixes so that the radix
-cache matches, splits and evicts under load."""
+scheduling (forced on here; CUDA's default):
+- the accounting invariants hold after every operation, with the cache's full integrity
+  check and each running request's row of the page table against its pages;
+- every request not aborted gets exactly its max_new_tokens tokens, the last one marked
+  "length", and an aborted one none after its abort, however often the pool ran out and
+  retracted it;
+- once every request has ended, every page is free or evictable and every slot is free.
+Prompts share prefixes so that the radix cache matches, splits and evicts under load."""
 
 from __future__ import annotations
 
@@ -128,4 +129,3 @@ def check_page_table(sched: Scheduler) -> None:
         pages = sched.cache._pages[req.rid]
         want = [pages[p // ps] * ps + p % ps for p in range(req.cached_len)]
         assert table[req.table_idx, : req.cached_len].tolist() == want, req
-
