@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
+from minisgl_worker.scheduler.budget import StepBudget
 from workload import draw
 
 ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
@@ -68,8 +69,9 @@ def main() -> None:
     p.add_argument("--chunk-size", type=int, default=8192)
     p.add_argument("--cache", default="radix", choices=["radix", "naive"])
     p.add_argument("--configs", default="",
-                   help="comma-separated POLICY:MIXED_CHUNK scheduler settings to run in turn "
-                        "(e.g. fcfs:8192,lof:256); empty: the offline API's defaults")
+                   help="comma-separated POLICY:MIXED_CHUNK[:MIXED_STEP_TOKENS] scheduler "
+                        "settings to run in turn (e.g. fcfs:8192,lof:8192:256); empty: the "
+                        "offline API's defaults")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
@@ -85,9 +87,12 @@ def main() -> None:
     sched = llm.scheduler
     for config in args.configs.split(",") if args.configs else [""]:
         if config:
-            policy, mixed = config.split(":")
-            sched.set_order(policy, int(mixed))
-        label = f"{sched.policy}:{sched.mixed_chunk_size}"
+            policy, mixed, *steps = config.split(":")
+            sched.budget = StepBudget(sched.budget.chunk_size, policy, int(mixed),
+                                      int(steps[0]) if steps else None)
+        b = sched.budget
+        label = f"{b.policy}:{b.mixed_chunk_size}" + (
+            f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
     anchor = ANCHOR_TOK_S.get(name)
     overlap = llm.scheduler.overlap

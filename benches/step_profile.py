@@ -146,6 +146,8 @@ def main() -> None:
     p.add_argument("--policy", default="fcfs", help="the scheduler's queue order: fcfs or lof")
     p.add_argument("--mixed-chunk-size", type=int, default=None,
                    help="prefill tokens beside decodes (default: the chunk size)")
+    p.add_argument("--mixed-step-tokens", type=int, default=None,
+                   help="cap on a step with decodes (scheduler/budget.py; default off)")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
@@ -154,7 +156,7 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, policy=args.policy,
-              mixed_chunk_size=args.mixed_chunk_size)
+              mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens)
     prompts, params = workload(256)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)
@@ -168,8 +170,7 @@ def main() -> None:
         llm.generate(prompts, params)
         wall = time.perf_counter() - t
         print(f"\n== {Path(args.model).name}, {run} run, page {llm.engine.page_size}, "
-              f"chunk {args.chunk_size} ({llm.scheduler.mixed_chunk_size} beside decodes), "
-              f"{args.policy}, overlap {llm.scheduler.overlap} ==")
+              f"{llm.scheduler.budget.describe()}, overlap {llm.scheduler.overlap} ==")
         timer.report(wall)
         if run == "timed" and args.rows:
             timer.dump(args.rows)

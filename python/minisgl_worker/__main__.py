@@ -13,7 +13,7 @@ from .engine import Engine, EngineConfig
 from .kvcache import CACHE_KINDS
 from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, serve
-from .scheduler.scheduler import POLICIES
+from .scheduler.budget import POLICIES
 
 logger = logging.getLogger("minisgl_worker")
 
@@ -46,6 +46,13 @@ def _graph_tokens(text: str) -> int:
     return value
 
 
+def _step_tokens(text: str) -> int:
+    value = int(text)
+    if value != 0 and value < 4:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or >= 4; got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
     p.add_argument("--model", required=True, help="HF-style model folder")
@@ -66,6 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--mixed-chunk-size", type=_non_negative, default=0,
         help="prefill tokens per step beside running decodes; 0: the chunk size",
+    )
+    p.add_argument(
+        "--mixed-step-tokens", type=_step_tokens, default=0,
+        help="once N/4 or more requests decode, a step holds at most N tokens, decodes "
+        "included (prompt chunks fill the rest; at least N/8 a step); 0: off. 256 with "
+        "--schedule-policy lof suits large models' offline batches (benches/RESULTS.md)",
     )
     p.add_argument(
         "--schedule-policy", default="fcfs", choices=list(POLICIES),
@@ -125,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduler = Scheduler(
         engine, chunk_size=args.chunk_size, prefix_cache=args.cache,
         policy=args.schedule_policy, mixed_chunk_size=args.mixed_chunk_size or None,
+        mixed_step_tokens=args.mixed_step_tokens or None,
     )
     cfg = engine.model_config
     ready = Ready(

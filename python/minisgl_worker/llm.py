@@ -20,10 +20,11 @@ __all__ = ["LLM", "SamplingParams"]
 class LLM:
     def __init__(
         self, model_path: str | Path, chunk_size: int = 8192, cache: str = "radix",
-        policy: str = "fcfs", mixed_chunk_size: int | None = None, **engine_options: Any,
+        policy: str = "fcfs", mixed_chunk_size: int | None = None,
+        mixed_step_tokens: int | None = None, **engine_options: Any,
     ):
-        """cache: the prefix cache, "radix" or "naive"; policy and mixed_chunk_size: the
-        scheduler's queue order and prefill budget beside decodes (scheduler.py).
+        """cache: the prefix cache, "radix" or "naive"; policy, mixed_chunk_size and
+        mixed_step_tokens: the scheduler's queue order and step budgets (scheduler/budget.py).
         engine_options are EngineConfig fields: device, dtype, page_size, max_running,
         kv_tokens, load_format, ..."""
         self.model_path = Path(model_path)
@@ -31,7 +32,8 @@ class LLM:
             EngineConfig(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
         )
         self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache,
-                                   policy=policy, mixed_chunk_size=mixed_chunk_size)
+                                   policy=policy, mixed_chunk_size=mixed_chunk_size,
+                                   mixed_step_tokens=mixed_step_tokens)
         self._tokenizer: Any = None
         self._next_rid = 0
 

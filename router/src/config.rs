@@ -53,6 +53,11 @@ pub struct Config {
     /// keeps decodes from stalling behind long prompts (their default: the chunk size).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub mixed_chunk_size: Option<u32>,
+    /// Once N/4 or more requests decode, a step of the spawned workers holds at most N
+    /// tokens, decodes included, and prompt chunks fill the rest (at least N/8 a step);
+    /// with `--schedule-policy lof`, 256 suits large models' batch jobs (their default: off).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(4..))]
+    pub mixed_step_tokens: Option<u32>,
     /// Queue order of the spawned workers: fcfs, or lof (longest max_tokens first, which
     /// shortens a batch job submitted at once but lets long requests overtake short ones);
     /// their default, fcfs, when absent.

@@ -61,6 +61,8 @@ fn enums_and_errors() {
         "512",
         "--mixed-chunk-size",
         "128",
+        "--mixed-step-tokens",
+        "256",
         "--schedule-policy",
         "lof",
     ])
@@ -71,8 +73,8 @@ fn enums_and_errors() {
     );
     assert_eq!((c.cache, c.chunk_size), (Some(Cache::Naive), Some(512)));
     assert_eq!(
-        (c.mixed_chunk_size, c.schedule_policy),
-        (Some(128), Some(Policy::Lof))
+        (c.mixed_chunk_size, c.mixed_step_tokens, c.schedule_policy),
+        (Some(128), Some(256), Some(Policy::Lof))
     );
     let err = parse(&["--device", "tpu"]).unwrap_err();
     assert_eq!(err.exit_code(), 2);
@@ -80,6 +82,7 @@ fn enums_and_errors() {
         ["--cache", "lru"],
         ["--chunk-size", "0"],
         ["--mixed-chunk-size", "0"],
+        ["--mixed-step-tokens", "3"],
         ["--schedule-policy", "sjf"],
     ] {
         assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);

@@ -107,6 +107,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         cache: config.cache.map(|c| c.as_str()),
         chunk_size: config.chunk_size,
         mixed_chunk_size: config.mixed_chunk_size,
+        mixed_step_tokens: config.mixed_step_tokens,
         schedule_policy: config.schedule_policy.map(|p| p.as_str()),
         kv_tokens: config.kv_tokens,
         cuda_graph_max_bs: config.cuda_graph_max_bs,

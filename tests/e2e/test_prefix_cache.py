@@ -49,16 +49,18 @@ def test_sixteen_concurrent_requests_match_their_solo_texts(server: Server) -> N
 
 def test_router_cache_naive_reaches_the_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`minisgl-router --cache naive --chunk-size 256 --mixed-chunk-size 64
-    --schedule-policy lof`: the spawned worker gets every flag (its log says so) and caches
+    --mixed-step-tokens 128 --schedule-policy lof`: the spawned worker gets every flag (its log says so) and caches
     nothing: the second request computes the whole prefix."""
     server = start_router(tmp_path_factory.mktemp("naive"), "--cache", "naive",
                           "--chunk-size", "256", "--mixed-chunk-size", "64",
-                          "--schedule-policy", "lof")
+                          "--mixed-step-tokens", "128", "--schedule-policy", "lof")
     try:
         first, _, _ = ask(server, "Where does the red fox sleep?")
         _, second_tokens, cached = ask(server, "Which animal sleeps in barn 3?")
         assert second_tokens >= 1000 and cached == 0
-        assert "cache naive, chunk 256 (64 beside decodes), lof" in server.log_path.read_text()
+        log = server.log_path.read_text()
+        assert "cache naive, chunk 256 (64 beside decodes, steps of 128 from 32 decodes), lof" \
+            in log
         assert first
     finally:
         stop_router(server)

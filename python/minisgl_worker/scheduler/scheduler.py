@@ -18,15 +18,7 @@ one. What makes that possible:
   dropped. Aborts free the same way.
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
-Order and budget. The waiting queue is first come, first served ("fcfs", the default), or
-longest max_new_tokens first ("lof", SGLang's name), for a batch submitted at once: the
-requests admitted last then finish soonest. A step with decodes takes at most
-`mixed_chunk_size` prefill tokens (default: the chunk size), which bounds how long a prompt
-stalls the running decodes. Measured on the H200 offline workload (benches/RESULTS.md),
-with mixed steps of up to 512 tokens replaying piecewise CUDA graphs: lof with 192 beside
-decodes saves 1-3% on Llama-3.1-8B, and on Qwen3-0.6B (its mixed steps at the host's limit)
-every small budget measured ran slower than the default or within the machines' spread;
-so neither is the default."""
+Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
 from __future__ import annotations
 
@@ -41,26 +33,25 @@ from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, Generate, Load, TokenOutput
 from ..transfer import to_device_packed
+from .budget import StepBudget
 from .cache import CacheManager
 from .decode import DecodeManager
 from .prefill import PrefillAdder
 from .table import TableManager
 
 logger = logging.getLogger(__name__)
-POLICIES = ("fcfs", "lof")
 
 
 class Scheduler:
     def __init__(
         self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix",
         overlap: bool | None = None, policy: str = "fcfs", mixed_chunk_size: int | None = None,
+        mixed_step_tokens: int | None = None,
     ):
         """overlap: None = on for CUDA unless MINISGL_DISABLE_OVERLAP=1 (on CPU the
         forward is synchronous, so overlapping would only delay every output a step).
-        policy: "fcfs" or "lof" (module docstring); mixed_chunk_size: None = chunk_size."""
-        assert chunk_size >= 1
-        self.chunk_size = chunk_size
-        self.set_order(policy, mixed_chunk_size)
+        policy, mixed_chunk_size, mixed_step_tokens: the StepBudget's (budget.py)."""
+        self.budget = StepBudget(chunk_size, policy, mixed_chunk_size, mixed_step_tokens)
         if overlap is None:
             overlap = engine.device.type == "cuda" and not os.environ.get(
                 "MINISGL_DISABLE_OVERLAP", ""
@@ -85,18 +76,8 @@ class Scheduler:
         # of them the prefix cache supplied (the `load` message's hit-rate counters).
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
-        logger.info("scheduler: cache %s, chunk %d (%d beside decodes), %s, overlap %s",
-                    prefix_cache, chunk_size, self.mixed_chunk_size, policy,
-                    "on" if overlap else "off")
-
-    def set_order(self, policy: str, mixed_chunk_size: int | None = None) -> None:
-        """The queue order ("fcfs" or "lof") and the prefill budget beside decodes (None:
-        the chunk size); for requests enqueued from now on."""
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-        self.policy = policy
-        self.mixed_chunk_size = min(mixed_chunk_size or self.chunk_size, self.chunk_size)
-        assert self.mixed_chunk_size >= 1
+        logger.info("scheduler: cache %s, %s, overlap %s", prefix_cache,
+                    self.budget.describe(), "on" if overlap else "off")
 
     # ---- requests in ----
 
@@ -118,16 +99,8 @@ class Scheduler:
             return Error(msg.rid, f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})")
         req = Req(msg.rid, msg.input_ids, msg.sampling)
         self.reqs[req.rid] = req
-        self._enqueue(req)
+        self.budget.enqueue(self.waiting, req)
         return None
-
-    def _enqueue(self, req: Req) -> None:
-        i = len(self.waiting)
-        if self.policy == "lof":  # after every waiting request with as long a max output
-            n = req.sampling.max_new_tokens
-            while i and self.waiting[i - 1].sampling.max_new_tokens < n:
-                i -= 1
-        self.waiting.insert(i, req)
 
     def abort(self, rid: int) -> None:
         """Forget the request and free what it holds; unknown or finished rids are a no-op."""
@@ -181,10 +154,8 @@ class Scheduler:
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
             locs.append(self.cache.extend(req, req.device_len))
-        budget = self.chunk_size - len(decodes)
-        if decodes:
-            budget = min(budget, self.mixed_chunk_size)
-        adder = PrefillAdder(max(budget, 1), self.table, self.cache, len(decodes))
+        budget = self.budget.prompt_tokens(len(decodes))
+        adder = PrefillAdder(budget, self.table, self.cache, len(decodes))
         for req in [*self.prefilling, *self.waiting]:
             if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
                 break  # retracted while its last token was in flight: next step

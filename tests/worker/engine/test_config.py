@@ -67,3 +67,12 @@ def test_bucket_for_pads_fewer_than_16_rows() -> None:
     assert bucket_for(sizes, 8177) == 8192
     assert bucket_for(sizes, 8192) == 8192
     assert bucket_for(sizes, 8193) is None
+
+
+def test_worker_cli_checks_mixed_step_tokens(capsys: pytest.CaptureFixture) -> None:
+    base = ["--model", "m", "--listen", "ipc:///tmp/x"]
+    assert parse_args(base).mixed_step_tokens == 0
+    assert parse_args([*base, "--mixed-step-tokens", "256"]).mixed_step_tokens == 256
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--mixed-step-tokens", "3"])
+    assert "--mixed-step-tokens: must be 0 (off) or >= 4; got 3" in capsys.readouterr().err

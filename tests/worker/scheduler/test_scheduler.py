@@ -19,10 +19,12 @@ GREEDY = SamplingParams(max_new_tokens=12, ignore_eos=True)
 @pytest.fixture
 def make_scheduler(engine_factory: Any, tiny_llama: tuple[Path, Any]) -> Iterator[Any]:
     def make(chunk_size: int = 8192, prefix_cache: str = "radix", policy: str = "fcfs",
-             mixed_chunk_size: int | None = None, **options: Any) -> Scheduler:
+             mixed_chunk_size: int | None = None, mixed_step_tokens: int | None = None,
+             **options: Any) -> Scheduler:
         engine = engine_factory(tiny_llama[0], **options)
         return Scheduler(engine, chunk_size=chunk_size, prefix_cache=prefix_cache,
-                         policy=policy, mixed_chunk_size=mixed_chunk_size)
+                         policy=policy, mixed_chunk_size=mixed_chunk_size,
+                         mixed_step_tokens=mixed_step_tokens)
 
     yield make
 
@@ -148,6 +150,30 @@ def test_mixed_chunk_size_caps_prefill_beside_decodes(make_scheduler: Any) -> No
         sched.check_invariants()
     # The 8- and 11-token prompts go in 4 tokens a step beside the decodes.
     assert max(prefill_tokens) == 4 and sum(prefill_tokens) == 8 + 11
+    assert outs == {r: tokens(o) for r, o in ref.items()}
+    assert_all_free(sched)
+
+
+def test_mixed_step_tokens_caps_steps_with_enough_decodes(make_scheduler: Any) -> None:
+    msgs = [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS)]
+    ref = run(make_scheduler(), msgs)
+    sched = make_scheduler(chunk_size=16, mixed_step_tokens=8)  # from 2 decodes, at least 1
+    for m in msgs:
+        assert sched.add_request(m) is None
+    outs: dict[int, list[int]] = {}
+    steps: list[tuple[int, int]] = []  # (decodes, tokens)
+    while sched.has_work:
+        batch = sched.schedule()
+        assert batch is not None
+        steps.append((sum(1 for r in batch.reqs if r.is_decoding and r.extend_len == 1),
+                      sum(batch.extend_lens)))
+        for o in sched.process_results(batch, sched.launch(batch)):
+            outs.setdefault(o.rid, []).append(o.token)
+        sched.check_invariants()
+    assert steps[0] == (0, 16)  # nothing decodes yet: a whole chunk (the 5 and 8, 3 of 11)
+    mixed = [(d, t) for d, t in steps if d >= 2 and t > d]
+    assert len(mixed) > 3 and all(t <= max(8, d + 1) for d, t in mixed), mixed
+    assert (2, 8) in mixed  # without the cap: (2, 16)
     assert outs == {r: tokens(o) for r, o in ref.items()}
     assert_all_free(sched)
 

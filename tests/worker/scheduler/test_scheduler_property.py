@@ -35,7 +35,7 @@ OPS = st.lists(
 COMMON = {  # the scheduler's settings, drawn for each example
     "page_size": st.sampled_from([1, 4, 16]), "chunk": st.sampled_from([5, 64]),
     "cache": st.sampled_from(["radix", "naive"]), "policy": st.sampled_from(["fcfs", "lof"]),
-    "mixed": st.sampled_from([None, 2]),
+    "mixed": st.sampled_from([None, 2]), "steps": st.sampled_from([None, 4, 8]),
 }
 
 
@@ -44,11 +44,12 @@ COMMON = {  # the scheduler's settings, drawn for each example
 @given(ops=OPS, overlap=st.booleans(), **COMMON)
 def test_random_traffic_keeps_the_books(
     engine_factory: Any, tiny_llama: tuple[Path, Any], ops: list[tuple[str, int, int]],
-    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, overlap: bool,
+    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, steps: int | None,
+    overlap: bool,
 ) -> None:
     engine = engine_factory(tiny_llama[0], kv_tokens=64, page_size=page_size, max_running=3)
     drive(Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
-                    mixed_chunk_size=mixed, overlap=overlap), ops)
+                    mixed_chunk_size=mixed, mixed_step_tokens=steps, overlap=overlap), ops)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def cuda_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @given(ops=OPS, **COMMON)
 def test_random_traffic_keeps_the_books_on_cuda(
     engine_factory: Any, cuda_llama: Path, ops: list[tuple[str, int, int]],
-    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None,
+    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, steps: int | None,
 ) -> None:
     """The same on CUDA's defaults (bf16, FlashInfer, CUDA graphs, overlap on): the batch in
     flight is really in flight, its tokens land in the GPU token pool, and page-table writes
@@ -73,7 +74,7 @@ def test_random_traffic_keeps_the_books_on_cuda(
                             page_size=page_size, max_running=3, chunk_size=64,
                             cuda_graph_max_tokens=64)
     sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
-                      mixed_chunk_size=mixed)
+                      mixed_chunk_size=mixed, mixed_step_tokens=steps)
     assert sched.overlap
     drive(sched, ops)
 
