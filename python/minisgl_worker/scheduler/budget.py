@@ -39,10 +39,11 @@ class StepBudget:
         self.mixed_step_tokens = mixed_step_tokens
 
     def describe(self) -> str:
+        """For the scheduler's start-up log line."""
         steps = self.mixed_step_tokens
         capped = f", steps of {steps} from {steps // 4} decodes" if steps else ""
-        return f"chunk {self.chunk_size} ({self.mixed_chunk_size} beside decodes{capped}), " \
-            f"{self.policy}"
+        beside = f"{self.mixed_chunk_size} beside decodes{capped}"
+        return f"chunk {self.chunk_size} ({beside}), {self.policy}"
 
     def enqueue(self, waiting: deque[Req], req: Req) -> None:
         i = len(waiting)
