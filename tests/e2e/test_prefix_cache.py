@@ -49,8 +49,8 @@ def test_sixteen_concurrent_requests_match_their_solo_texts(server: Server) -> N
 
 def test_router_cache_naive_reaches_the_worker(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`minisgl-router --cache naive --chunk-size 256 --mixed-chunk-size 64
-    --mixed-step-tokens 128 --schedule-policy lof`: the spawned worker gets every flag (its log says so) and caches
-    nothing: the second request computes the whole prefix."""
+    --mixed-step-tokens 128 --schedule-policy lof`: the spawned worker gets every flag (its
+    log says so) and caches nothing: the second request computes the whole prefix."""
     server = start_router(tmp_path_factory.mktemp("naive"), "--cache", "naive",
                           "--chunk-size", "256", "--mixed-chunk-size", "64",
                           "--mixed-step-tokens", "128", "--schedule-policy", "lof")

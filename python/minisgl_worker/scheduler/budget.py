@@ -38,10 +38,15 @@ class StepBudget:
         assert self.mixed_chunk_size >= 1
         self.mixed_step_tokens = mixed_step_tokens
 
+    @property
+    def capped_from(self) -> int:
+        """How many decodes a step needs for `mixed_step_tokens` to cap it (when set)."""
+        return (self.mixed_step_tokens or 0) // 4
+
     def describe(self) -> str:
         """For the scheduler's start-up log line."""
         steps = self.mixed_step_tokens
-        capped = f", steps of {steps} from {steps // 4} decodes" if steps else ""
+        capped = f", steps of {steps} from {self.capped_from} decodes" if steps else ""
         beside = f"{self.mixed_chunk_size} beside decodes{capped}"
         return f"chunk {self.chunk_size} ({beside}), {self.policy}"
 
@@ -59,6 +64,6 @@ class StepBudget:
         if num_decodes:
             budget = min(budget, self.mixed_chunk_size)
             cap = self.mixed_step_tokens
-            if cap and num_decodes >= cap // 4:
+            if cap and num_decodes >= self.capped_from:
                 budget = min(budget, max(cap - num_decodes, cap // 8))
         return max(budget, 1)
