@@ -71,7 +71,12 @@ def main() -> None:
     p.add_argument("--configs", default="",
                    help="comma-separated POLICY:MIXED_CHUNK[:MIXED_STEP_TOKENS] scheduler "
                         "settings to run in turn (e.g. fcfs:8192,lof:8192:256); empty: the "
-                        "offline API's defaults")
+                        "offline API's defaults. With --mixed-graph-tokens, a trailing "
+                        "/piecewise runs that setting's mixed steps through the piecewise "
+                        "graphs instead")
+    p.add_argument("--mixed-graph-tokens", type=int, default=0,
+                   help="EngineConfig.cuda_graph_mixed_tokens: whole CUDA graphs for mixed steps "
+                        "of up to this many tokens (engine/mixed.py); 0: none (the default)")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
@@ -79,21 +84,27 @@ def main() -> None:
     name = Path(args.model).name
     t0 = time.perf_counter()
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
-              chunk_size=args.chunk_size, cache=args.cache)
+              chunk_size=args.chunk_size, cache=args.cache,
+              cuda_graph_mixed_tokens=args.mixed_graph_tokens)
     startup = time.perf_counter() - t0
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     rows = []
-    sched = llm.scheduler
+    sched, mixed_graphs = llm.scheduler, llm.engine.mixed
     for config in args.configs.split(",") if args.configs else [""]:
+        config, _, variant = config.partition("/")
+        assert variant in ("", "piecewise"), f"unknown variant /{variant}"
         if config:
             policy, mixed, *steps = config.split(":")
             sched.budget = StepBudget(sched.budget.chunk_size, policy, int(mixed),
                                       int(steps[0]) if steps else None)
+        llm.engine.mixed = None if variant else mixed_graphs
         b = sched.budget
         label = f"{b.policy}:{b.mixed_chunk_size}" + (
-            f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "")
+            f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "") + (
+            f"/{variant}" if variant else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
+    llm.engine.mixed = mixed_graphs
     anchor = ANCHOR_TOK_S.get(name)
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "

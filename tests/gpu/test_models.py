@@ -193,6 +193,20 @@ def _mixed_batch(driver: Driver, lens: list[int]) -> Any:
     return batch, rows
 
 
+def _eager_logits(engine: Engine, batch: Any, rows: torch.Tensor) -> torch.Tensor:
+    engine.attn_backend.prepare_metadata(batch)
+    with engine.ctx.forward_batch(batch):
+        return engine.model(batch.input_ids, batch.positions, rows).float()
+
+
+def _assert_close(label: str, graphed: torch.Tensor, eager: torch.Tensor) -> None:
+    """Same logits up to bf16 rounding, and no NaN (a row the replay did not write)."""
+    assert not graphed.isnan().any()
+    err = float((graphed - eager).norm() / eager.norm())
+    print(f"{label} vs eager logits, relative error {err:.2e}")
+    assert err < 1e-2, err
+
+
 @pytest.mark.parametrize("lens", [[1, 1, 37, 21], [1, 30, 2], [23, 10, 9], [1, 1, 120, 125]])
 def test_piecewise_graphs_equal_the_eager_forward(model: Any, lens: list[int]) -> None:
     """A mixed batch (decodes and prompt chunks; the third case prompt chunks only) of a
@@ -212,37 +226,62 @@ def test_piecewise_graphs_equal_the_eager_forward(model: Any, lens: list[int]) -
         assert bucket_for(engine.pieces.sizes, batch.num_tokens) == (
             256 if batch.num_tokens > 96 else -(-batch.num_tokens // 16) * 16)
         with torch.inference_mode():
-            engine.attn_backend.prepare_metadata(batch)
-            with engine.ctx.forward_batch(batch):
-                eager = engine.model(batch.input_ids, batch.positions, rows).float()
+            eager = _eager_logits(engine, batch, rows)
             engine.pieces.q.fill_(float("nan"))
             engine.pieces.attn_out.fill_(float("nan"))
             pieces = engine.pieces.run(batch, rows).float()
-        assert not pieces.isnan().any()
-        err = float((pieces - eager).norm() / eager.norm())
-        print(f"{model[0]} {lens}: piecewise vs eager logits, relative error {err:.2e}")
-        assert err < 1e-2, err
+        _assert_close(f"{model[0]} {lens}: piecewise", pieces, eager)
     finally:
         engine.shutdown()
 
 
-def test_generation_through_piecewise_graphs(model: Any, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("lens", [[1, 1, 37, 21], [1, 30, 2], [23, 10, 9], [1, 1, 1, 5]])
+def test_mixed_graphs_equal_the_eager_forward(model: Any, lens: list[int],
+                                              monkeypatch: Any) -> None:
+    """A batch of decodes first, then prompt chunks (the third case chunks only), through a
+    whole mixed-step graph (attention captured) and eagerly: same logits up to bf16
+    rounding, with the padding rows of the graph's size (16 multiples) left out."""
+    from minisgl_worker.engine import mixed
+
+    monkeypatch.setattr(mixed, "MIN_DECODES", 1)  # the graphs, for a batch of a few decodes
+    engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
+                                 max_running=8, cuda_graph_max_tokens=96, chunk_size=256,
+                                 cuda_graph_mixed_tokens=256))
+    try:
+        assert engine.mixed is not None and engine.mixed.sizes == mixed.mixed_sizes(96)
+        batch, rows = _mixed_batch(Driver(engine), lens)
+        assert batch.phase != "decode" and engine.mixed.can_run(batch)
+        with torch.inference_mode():
+            eager = _eager_logits(engine, batch, rows)
+            graphed = engine.mixed.run(batch, rows).float()
+        _assert_close(f"{model[0]} {lens}: mixed graph", graphed, eager)
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("graphs", ["piecewise", "mixed"])
+def test_generation_through_graphs_with_prompt_tokens(model: Any, monkeypatch: Any,
+                                                      graphs: str) -> None:
     """Prompt chunks of 8 tokens beside the decodes: every step with prompt tokens replays
-    the piecewise graphs (counted), and each greedy token is the torch-native path's choice
-    up to a near-tie."""
+    the piecewise graphs, or with `cuda_graph_mixed_tokens` the whole mixed-step graphs
+    (counted), and each greedy token is the torch-native path's choice up to a near-tie."""
+    from minisgl_worker.engine import mixed
     from minisgl_worker.engine.piecewise import PiecewiseGraphs
 
     arch, path, _ = model
+    cls = mixed.MixedGraphs if graphs == "mixed" else PiecewiseGraphs
     runs = []
-    run = PiecewiseGraphs.run
+    run = cls.run
 
-    def spy(self: PiecewiseGraphs, batch: Any, rows: Any) -> Any:
+    def spy(self: Any, batch: Any, rows: Any) -> Any:
         runs.append(batch.phase)
         return run(self, batch, rows)
 
-    monkeypatch.setattr(PiecewiseGraphs, "run", spy)
-    out = _greedy(path, 24, chunk_size=8, cuda_graph_max_tokens=64)
+    monkeypatch.setattr(cls, "run", spy)
+    monkeypatch.setattr(mixed, "MIN_DECODES", 1)  # five prompts: at most five decodes
+    options = {"cuda_graph_mixed_tokens": 64} if graphs == "mixed" else {}
+    out = _greedy(path, 24, chunk_size=8, cuda_graph_max_tokens=64, **options)
     assert runs.count("mixed") >= 5 and "prefill" in runs, runs
     ties = _near_ties_vs_torch_native(path, PROMPTS, out)
-    print(f"{arch}: {len(runs)} piecewise steps ({runs.count('mixed')} mixed), {ties} of "
+    print(f"{arch}: {len(runs)} {graphs} steps ({runs.count('mixed')} mixed), {ties} of "
           f"{24 * len(PROMPTS)} tokens were near-ties")

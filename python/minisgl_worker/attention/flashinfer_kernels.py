@@ -182,6 +182,10 @@ class FlashInferPagedAttention:
         )
         self._active = wrapper
 
+    def activate(self, planned: Any) -> None:
+        """Make `run` attend through another planned kernel (mixed_graph.py)."""
+        self._active, self._num_decode_rows = planned, 0
+
     def run(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         out: torch.Tensor | None = None,

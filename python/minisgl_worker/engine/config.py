@@ -27,6 +27,11 @@ class EngineConfig:
     # chunk_size, replay piecewise CUDA graphs (engine/piecewise.py; FlashInfer with
     # bf16/fp16); -1: 512; 0: none.
     cuda_graph_max_tokens: int = -1
+    # Mixed steps (decodes first, then at most 4 prompt chunks) of up to this many tokens
+    # replay whole CUDA graphs, attention included (engine/mixed.py; needs the piecewise
+    # graphs, capped at cuda_graph_max_tokens); 0: none, the default: on the H200 they ran
+    # Llama-3.1-8B's capped steps slower than the piecewise graphs (benches/RESULTS.md).
+    cuda_graph_mixed_tokens: int = 0
 
     def __post_init__(self) -> None:
         assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"
@@ -36,6 +41,8 @@ class EngineConfig:
         assert self.cuda_graph_max_bs >= -1
         assert self.cuda_graph_max_tokens in (-1, 0) or self.cuda_graph_max_tokens >= 16, (
             f"cuda_graph_max_tokens must be -1, 0 or >= 16; got {self.cuda_graph_max_tokens}")
+        assert self.cuda_graph_mixed_tokens == 0 or self.cuda_graph_mixed_tokens >= 16, (
+            f"cuda_graph_mixed_tokens must be 0 or >= 16; got {self.cuda_graph_mixed_tokens}")
 
     def resolve_device(self) -> torch.device:
         if self.device == "auto":
@@ -73,3 +80,7 @@ class EngineConfig:
         if device.type != "cuda":
             return 0
         return 512 if self.cuda_graph_max_tokens < 0 else self.cuda_graph_max_tokens
+
+    def resolve_graph_mixed_tokens(self, graph_max_tokens: int) -> int:
+        """The mixed graphs' largest size, given the piecewise graphs' (0: none)."""
+        return min(self.cuda_graph_mixed_tokens, graph_max_tokens)

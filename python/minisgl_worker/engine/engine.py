@@ -7,8 +7,9 @@ RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one paral
 start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
 and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
 fills the prefill budget), replay piecewise graphs with their attention between the pieces
-(piecewise.py); other batches run eagerly. On CPU everything
-is torch-native."""
+(piecewise.py), except, when `cuda_graph_mixed_tokens` is set (off by default), mixed
+batches of up to that many tokens and at most four prompt chunks, which replay whole graphs
+(mixed.py); other batches run eagerly. On CPU everything is torch-native."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..transfer import to_device
 from .config import EngineConfig
 from .graph import GraphRunner
 from .memory import plan_kv_memory
+from .mixed import MixedGraphs, mixed_sizes
 from .piecewise import PiecewiseGraphs, piece_sizes
 from .sampler import Sampler
 
@@ -70,7 +72,10 @@ class Engine:
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
-        num_pages = self._num_pages(graph_bs, bucket_sizes)
+        mixed = mixed_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
+        if not bucket_sizes or not self._whole_kv_decode(cfg.head_dim):
+            mixed = []
+        num_pages = self._num_pages(graph_bs, bucket_sizes + mixed)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
             self.dtype, self.device,
@@ -92,33 +97,48 @@ class Engine:
         set_global_ctx(self.ctx)
         self.graphs: GraphRunner | None = None
         self.pieces: PiecewiseGraphs | None = None
+        self.mixed: MixedGraphs | None = None
         if graph_bs or bucket_sizes:
-            self._capture_graphs(graph_bs, bucket_sizes)
+            self._capture_graphs(graph_bs, bucket_sizes, mixed)
         logger.info(
             "engine ready: %s on %s (%s, %s attention, CUDA graphs to batch %d, piecewise "
-            "buckets %s), KV %d tokens (%d pages of %d), max_context %d", self.model_name,
+            "buckets %s, mixed-step graphs to %d tokens), KV %d tokens (%d pages of %d), "
+            "max_context %d", self.model_name,
             self.device, str(self.dtype).removeprefix("torch."),
             type(self.attn_backend).__name__, graph_bs,
             f"{bucket_sizes[0]}..{bucket_sizes[-1]}" if bucket_sizes else "none",
+            mixed[-1] if mixed else 0,
             self.kv_pool.num_slots,
             num_pages, self.page_size, self.max_context,
         )
 
-    def _capture_graphs(self, graph_bs: int, bucket_sizes: list[int]) -> None:
-        """Decode CUDA graphs up to batch `graph_bs` (0: none) and piecewise graphs for
-        steps with prompt tokens at `bucket_sizes` (FlashInfer only)."""
+    def _capture_graphs(self, graph_bs: int, bucket_sizes: list[int], mixed: list[int]) -> None:
+        """Decode CUDA graphs up to batch `graph_bs` (0: none), piecewise graphs for
+        steps with prompt tokens at `bucket_sizes` and whole graphs for small mixed steps at
+        `mixed` sizes (FlashInfer only)."""
         from ..attention.flashinfer_backend import FlashInferBackend
 
         backend = self.attn_backend
         assert isinstance(backend, FlashInferBackend)
+        max_pages = -(-self.max_context // self.page_size)
         if graph_bs:
-            max_pages = -(-self.max_context // self.page_size)
             with torch.inference_mode():
                 self.graphs = GraphRunner(self.model, backend, self.ctx, graph_bs, max_pages,
                                           self.device)
         if bucket_sizes:
             self.pieces = PiecewiseGraphs(self.model, backend, self.ctx, bucket_sizes,
                                           self.device)
+        if mixed and self.pieces is not None:
+            self.mixed = MixedGraphs(self.model, backend, self.ctx, mixed, max_pages,
+                                     self.pieces.pool, self.device)
+
+    def _whole_kv_decode(self, head_dim: int) -> bool:
+        """Whether the mixed graphs' decode kernel (attention/triton_decode.py) can run."""
+        if self.backend_name != "flashinfer" or self.device.type != "cuda":
+            return False
+        from ..attention import triton_decode  # imports triton: CUDA only
+
+        return triton_decode.supports(head_dim)
 
     def _build_jit(self) -> None:
         """Compile every FlashInfer module this engine uses in one parallel ninja run
@@ -170,7 +190,9 @@ class Engine:
             logits = self.graphs.replay(batch)  # (B, V), every request samples
         else:
             indices = to_device(batch.last_token_indices, self.device)
-            if self.pieces is not None and self.pieces.can_run(batch):
+            if self.mixed is not None and self.mixed.can_run(batch):
+                logits = self.mixed.run(batch, indices)
+            elif self.pieces is not None and self.pieces.can_run(batch):
                 logits = self.pieces.run(batch, indices)
             else:
                 self.attn_backend.prepare_metadata(batch)
@@ -195,5 +217,5 @@ class Engine:
         return ForwardOutput(tokens_gpu, tokens_cpu, event, sample.logprobs, sample.top_logprobs)
 
     def shutdown(self) -> None:
-        self.graphs = self.pieces = None
+        self.graphs = self.pieces = self.mixed = None
         clear_global_ctx()

@@ -77,7 +77,7 @@ class PiecewiseGraphs:
         self.q = torch.zeros(heads, dtype=attn.dtype, device=device)
         self.attn_out = torch.zeros(heads, dtype=attn.dtype, device=device)
         self.buckets: dict[int, tuple[list[torch.cuda.CUDAGraph], torch.Tensor]] = {}
-        self._pool = torch.cuda.graph_pool_handle()
+        self.pool = torch.cuda.graph_pool_handle()  # mixed.py's graphs share it
         self._capturing: list[torch.cuda.CUDAGraph] | None = None
         self._capture(device)
 
@@ -94,7 +94,7 @@ class PiecewiseGraphs:
             assert len(self._capturing) == layer_id + 1, (len(self._capturing), layer_id)
             self._capturing[-1].capture_end()
             self._capturing.append(torch.cuda.CUDAGraph())
-            self._capturing[-1].capture_begin(pool=self._pool)
+            self._capturing[-1].capture_begin(pool=self.pool)
         return self.attn_out[:tokens]
 
     # ---- capture and replay ----
@@ -112,7 +112,7 @@ class PiecewiseGraphs:
                         torch.cuda.stream(stream):
                     self.model.model(ids, pos)  # warm-up (cuBLAS, Triton), attention skipped
                     self._capturing = [torch.cuda.CUDAGraph()]
-                    self._capturing[0].capture_begin(pool=self._pool)
+                    self._capturing[0].capture_begin(pool=self.pool)
                     hidden = self.model.model(ids, pos)
                     self._capturing[-1].capture_end()
                 torch.cuda.current_stream(device).wait_stream(stream)

@@ -25,6 +25,20 @@ def test_cuda_graph_max_tokens_resolves_per_device() -> None:
     assert EngineConfig("m").resolve_graph_max_tokens(torch.device("cpu")) == 0
 
 
+@pytest.mark.parametrize("bad", [-1, 1, 15])
+def test_cuda_graph_mixed_tokens_out_of_range_names_the_field(bad: int) -> None:
+    with pytest.raises(AssertionError, match=f"cuda_graph_mixed_tokens must be 0 or >= 16; "
+                                             f"got {bad}"):
+        EngineConfig("m", cuda_graph_mixed_tokens=bad)
+
+
+def test_cuda_graph_mixed_tokens_resolves_under_the_piecewise_limit() -> None:
+    assert EngineConfig("m").resolve_graph_mixed_tokens(512) == 0  # off by default
+    assert EngineConfig("m", cuda_graph_mixed_tokens=256).resolve_graph_mixed_tokens(512) == 256
+    assert EngineConfig("m", cuda_graph_mixed_tokens=256).resolve_graph_mixed_tokens(64) == 64
+    assert EngineConfig("m", cuda_graph_mixed_tokens=48).resolve_graph_mixed_tokens(0) == 0
+
+
 def test_worker_cli_takes_and_checks_cuda_graph_max_tokens(capsys: pytest.CaptureFixture) -> None:
     base = ["--model", "m", "--listen", "ipc:///tmp/x"]
     assert parse_args(base).cuda_graph_max_tokens == -1

@@ -67,12 +67,13 @@ def test_random_traffic_keeps_the_books_on_cuda(
     engine_factory: Any, cuda_llama: Path, ops: list[tuple[str, int, int]],
     page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, steps: int | None,
 ) -> None:
-    """The same on CUDA's defaults (bf16, FlashInfer, CUDA graphs, overlap on): the batch in
+    """The same on CUDA's defaults (bf16, FlashInfer, CUDA graphs, overlap on), plus the
+    whole mixed-step graphs (for its prompt-only steps: it never has 32 decodes): the batch in
     flight is really in flight, its tokens land in the GPU token pool, and page-table writes
     are queued and flushed (a released request's queued writes must never land)."""
     engine = engine_factory(cuda_llama, device="cuda", dtype="bfloat16", kv_tokens=64,
                             page_size=page_size, max_running=3, chunk_size=64,
-                            cuda_graph_max_tokens=64)
+                            cuda_graph_max_tokens=64, cuda_graph_mixed_tokens=64)
     sched = Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
                       mixed_chunk_size=mixed, mixed_step_tokens=steps)
     assert sched.overlap
