@@ -163,7 +163,7 @@ def bench_graph_decode(layout: str, step: int, variant: str) -> dict[str, object
 def _build_xqa() -> None:
     """Compile XQA's two modules (GQA 2 and 4, bf16, page 16) in one parallel ninja run."""
     from flashinfer.jit.xqa import gen_xqa_module
-    from minisgl_worker.attention.flashinfer_kernels import build_jit
+    from minisgl_worker.attention.flashinfer_jit import build_jit
 
     build_jit([gen_xqa_module(BF16, BF16, 16, 128, group, False, BF16) for group in (2, 4)])
 

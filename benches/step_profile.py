@@ -8,7 +8,8 @@ launches or graph replay) and `process_results` (of which: waiting for the batch
 and CUDA events around each batch's forward on the stream, which give its GPU span and the
 GPU's idle time before it (a gap means the host, not the GPU, was the bottleneck). Steps
 are split by kind: decode batches that replay a CUDA graph, batches with prefill tokens
-that replay piecewise graphs, and those run eagerly. Then `--profile-steps` steps from the
+that replay whole mixed-step graphs (with --mixed-graph-tokens) or piecewise graphs, and
+those run eagerly. Then `--profile-steps` steps from the
 middle of a second run under torch.profiler: GPU time per kernel, to see what a step is
 made of."""
 
@@ -61,6 +62,8 @@ class StepTimer:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if engine.graphs is not None and engine.graphs.can_run(batch):
                 kind = "decode (graph)"
+            elif engine.mixed is not None and engine.mixed.can_run(batch):
+                kind = "with prefill (mixed-step graphs)"
             elif engine.pieces is not None and engine.pieces.can_run(batch):
                 kind = "with prefill (piecewise graphs)"
             else:
@@ -148,6 +151,9 @@ def main() -> None:
                    help="prefill tokens beside decodes (default: the chunk size)")
     p.add_argument("--mixed-step-tokens", type=int, default=None,
                    help="cap on a step with decodes (scheduler/budget.py; default off)")
+    p.add_argument("--mixed-graph-tokens", type=int, default=0,
+                   help="whole CUDA graphs for mixed steps of up to this many tokens "
+                        "(EngineConfig.cuda_graph_mixed_tokens, engine/mixed.py); 0: none")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
@@ -156,7 +162,8 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, policy=args.policy,
-              mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens)
+              mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens,
+              cuda_graph_mixed_tokens=args.mixed_graph_tokens)
     prompts, params = workload(256)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)

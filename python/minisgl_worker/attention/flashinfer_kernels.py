@@ -34,7 +34,6 @@ wait is for batch N-1's kernels at most, while the CPU prepares batch N+1.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -266,7 +265,7 @@ class FlashInferPagedAttention:
         self._plan_done.record()
 
     def jit_specs(self) -> list[JitSpec]:
-        """The FlashInfer JIT modules this configuration uses (for `build_jit`)."""
+        """The FlashInfer JIT modules this configuration uses (for flashinfer_jit.build_jit)."""
         from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
         from flashinfer.jit.attention import modules
 
@@ -287,25 +286,3 @@ def _leading_single_rows(qo_indptr: torch.Tensor) -> int:
     host)."""
     q_lens = (qo_indptr[1:] - qo_indptr[:-1]).tolist()
     return next((i for i, n in enumerate(q_lens) if n != 1), len(q_lens))
-
-
-def build_jit(specs: Sequence[JitSpec]) -> None:
-    """Compile every missing module in one ninja run, so their sources build in parallel
-    (on an H200 host: 8 modules in ~125 s; one family at a time, 7 of them took ~235 s),
-    then install each as a FlashInfer AOT module (flashinfer/data/aot/NAME/NAME.so). That
-    last step is needed: on first use FlashInfer re-runs ninja in the module's own folder,
-    whose build log does not know the combined run's outputs, so it would compile again."""
-    from flashinfer.jit import build_jit_specs
-    from flashinfer.jit import env as jit_env
-
-    unique = {spec.name: spec for spec in specs}
-    build_jit_specs(list(unique.values()), verbose=False)
-    for name in unique:
-        built = jit_env.FLASHINFER_JIT_DIR / name / f"{name}.so"
-        aot = jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so"
-        if built.exists() and not aot.exists():
-            try:
-                aot.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(built, aot)
-            except OSError:  # a read-only install: FlashInfer rebuilds on first use
-                return

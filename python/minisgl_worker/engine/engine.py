@@ -145,7 +145,8 @@ class Engine:
         (restored AOT modules are skipped), before any first use compiles them one by one."""
         import time
 
-        from ..attention.flashinfer_kernels import FlashInferPagedAttention, build_jit
+        from ..attention.flashinfer_jit import build_jit
+        from ..attention.flashinfer_kernels import FlashInferPagedAttention
         from ..layers import cuda_ops
 
         cfg, t0 = self.model_config, time.perf_counter()
