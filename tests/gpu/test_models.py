@@ -242,13 +242,14 @@ def test_mixed_graphs_equal_the_eager_forward(model: Any, lens: list[int],
     whole mixed-step graph (attention captured) and eagerly: same logits up to bf16
     rounding, with the padding rows of the graph's size (16 multiples) left out."""
     from minisgl_worker.engine import mixed
+    from minisgl_worker.engine.piecewise import piece_sizes
 
     monkeypatch.setattr(mixed, "MIN_DECODES", 1)  # the graphs, for a batch of a few decodes
     engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
                                  max_running=8, cuda_graph_max_tokens=96, chunk_size=256,
                                  cuda_graph_mixed_tokens=256))
     try:
-        assert engine.mixed is not None and engine.mixed.sizes == mixed.mixed_sizes(96)
+        assert engine.mixed is not None and engine.mixed.sizes == piece_sizes(96)
         batch, rows = _mixed_batch(Driver(engine), lens)
         assert batch.phase != "decode" and engine.mixed.can_run(batch)
         with torch.inference_mode():

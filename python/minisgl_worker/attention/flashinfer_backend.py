@@ -73,6 +73,28 @@ def page_counts(
     return pages, indptr, lens - (pages - 1) * page_size
 
 
+def gather_pages(page_table: torch.Tensor, rows: Sequence[int], lens: Sequence[int],
+                 page_size: int, dummy_page: int, out: torch.Tensor,
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The page ids of requests at page-table `rows` (< 0: a padding request, whose pages are
+    all `dummy_page`) holding `lens` tokens, written into `out` in CSR order on the table's
+    device in one launch (page_ids.py) -> (their indptr (B+1,), tokens in each last page
+    (B,)), int32 host arrays."""
+    from .page_ids import gather_page_ids  # imports triton: CUDA only
+
+    pages, indptr, last = page_counts(np.asarray(lens, dtype=np.int64), page_size)
+    sizes = to_device(np.stack([np.asarray(rows, dtype=np.int64), pages, indptr[:-1]]),
+                      page_table.device)
+    gather_page_ids(page_table, sizes, page_size, dummy_page, out)
+    return indptr.astype(np.int32), last.astype(np.int32)
+
+
+def even_lengths(lens: Sequence[int]) -> bool:
+    """No request longer than twice the mean: what an unsplit (whole-KV) decode kernel,
+    whose longest request sets its time, needs to beat a split one."""
+    return max(lens) * len(lens) <= 2 * sum(lens)
+
+
 def _indptr(lens: Sequence[int]) -> torch.Tensor:
     out = torch.zeros(len(lens) + 1, dtype=torch.int32)
     torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0, out=out[1:])
@@ -110,25 +132,21 @@ class FlashInferBackend(BaseAttnBackend):
         the GPU) and no request is longer than twice the mean."""
         if not batch.reqs or not self.attn.has_whole_kv_graph(padded_bs):
             return True
-        lens = [r.device_len for r in batch.reqs]
-        return max(lens) * len(lens) > 2 * sum(lens)
+        return not even_lengths([r.device_len for r in batch.reqs])
 
     def plan_padded(self, batch: Batch, padded_bs: int, split_kv: bool = True) -> None:
         """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size (the
         whole-KV variant when not `split_kv`): each padding row attends over one token of
         the pool's dummy page. The page ids go straight into the graphs' buffer in one
         launch (page_ids.py); the indptr and last-page lengths stay on the host."""
-        from .page_ids import gather_page_ids  # imports triton: CUDA only
-
-        ps, pad = self.kv_pool.page_size, padded_bs - batch.size
-        lens = np.array([r.device_len for r in batch.reqs] + [1] * pad, dtype=np.int64)
-        rows = np.array([r.table_idx for r in batch.reqs] + [-1] * pad, dtype=np.int64)
-        pages, indptr, last = page_counts(lens, ps)
-        indices = self.attn.graph_page_ids(int(indptr[-1]))
-        sizes = to_device(np.stack([rows, pages, indptr[:-1]]), self.page_table.device)
-        gather_page_ids(self.page_table, sizes, ps, self.kv_pool.dummy_page, indices)
-        self.attn.plan_cuda_graph(torch.from_numpy(indptr.astype(np.int32)), indices,
-                                  torch.from_numpy(last.astype(np.int32)), split_kv)
+        pad = padded_bs - batch.size
+        indptr, last = gather_pages(
+            self.page_table, [r.table_idx for r in batch.reqs] + [-1] * pad,
+            [r.device_len for r in batch.reqs] + [1] * pad, self.kv_pool.page_size,
+            self.kv_pool.dummy_page, self.attn.graph_page_ids())
+        self.attn.plan_cuda_graph(torch.from_numpy(indptr),
+                                  self.attn.graph_page_ids(int(indptr[-1])),
+                                  torch.from_numpy(last), split_kv)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,

@@ -233,9 +233,10 @@ class FlashInferPagedAttention:
                                                indices)
         return sorted({(bs, True) for bs in batch_sizes} | {(bs, False) for bs in whole_kv_sizes})
 
-    def graph_page_ids(self, n: int) -> torch.Tensor:
-        """The first n entries of the page-id buffer every decode graph reads: fill them
-        (stream-ordered) and pass them to `plan_cuda_graph`, which then copies nothing."""
+    def graph_page_ids(self, n: int | None = None) -> torch.Tensor:
+        """The first n entries (None: all) of the page-id buffer every decode graph reads:
+        fill them (stream-ordered) and pass them to `plan_cuda_graph`, which then copies
+        nothing."""
         assert self._graph_bufs is not None, "init_cuda_graphs first"
         return self._graph_bufs[1][:n]
 

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..transfer import to_device
-from .flashinfer_backend import page_counts
+from .flashinfer_backend import gather_pages
 from .flashinfer_kernels import FlashInferPagedAttention
 
 if TYPE_CHECKING:
@@ -80,35 +79,28 @@ class MixedGraphAttention:
         with the new token), then chunks (page-table rows, KV lengths with the chunk, chunk
         lengths). Call before capturing that size and before every replay; the backend's
         `run` then attends through this plan (until the next plan of another kind)."""
-        from .page_ids import gather_page_ids  # imports triton: CUDA only
-
         (d_rows, d_lens), (c_rows, c_lens, c_q) = decodes, chunks
         num_decodes, pad = len(d_rows), MAX_CHUNKS - len(c_rows)
         assert pad >= 0 and len(c_rows) >= 1, (num_decodes, len(c_rows))
         assert num_decodes + sum(c_q) <= size, (num_decodes, sum(c_q), size)
-        attn, dev = self.attn, self._decode_ids.device
+        attn, rest = self.attn, size - num_decodes
         attn._plan_done.synchronize()
         # The decode rows, padded to the graph's rows with one-token requests on the dummy
         # page; the kernel writes rows 0..num_decodes only.
-        lens = np.array([*d_lens, *[1] * (size - num_decodes)], dtype=np.int64)
-        rows = np.array([*d_rows, *[-1] * (size - num_decodes)], dtype=np.int64)
-        pages, indptr, last = page_counts(lens, attn.page_size)
-        gather_page_ids(self.page_table, to_device(np.stack([rows, pages, indptr[:-1]]), dev),
-                        attn.page_size, self.dummy_page, self._decode_ids)
-        self._decode[size].plan(torch.from_numpy(indptr.astype(np.int32)),
-                                torch.from_numpy(last.astype(np.int32)), num_decodes)
+        indptr, last = gather_pages(self.page_table, [*d_rows, *[-1] * rest],
+                                    [*d_lens, *[1] * rest], attn.page_size, self.dummy_page,
+                                    self._decode_ids)
+        self._decode[size].plan(torch.from_numpy(indptr), torch.from_numpy(last), num_decodes)
         # The prefill kernel's batch: the decode rows' stand-in, the chunks, empty requests.
         q_lens = np.array([num_decodes, *c_q, *[0] * pad], dtype=np.int64)
-        lens = np.array([max(num_decodes, 1), *c_lens, *[1] * pad], dtype=np.int64)
-        rows = np.array([-1, *c_rows, *[-1] * pad], dtype=np.int64)
-        pages, indptr, last = page_counts(lens, attn.page_size)
-        gather_page_ids(self.page_table, to_device(np.stack([rows, pages, indptr[:-1]]), dev),
-                        attn.page_size, self.dummy_page, self._gathered)
+        indptr, last = gather_pages(self.page_table, [-1, *c_rows, *[-1] * pad],
+                                    [max(num_decodes, 1), *c_lens, *[1] * pad], attn.page_size,
+                                    self.dummy_page, self._gathered)
         qo_indptr = np.zeros(len(q_lens) + 1, dtype=np.int32)
         np.cumsum(q_lens, out=qo_indptr[1:])
         self._prefill[size].plan(
-            torch.from_numpy(qo_indptr), torch.from_numpy(indptr.astype(np.int32)),
-            self._gathered[: int(indptr[-1])], torch.from_numpy(last.astype(np.int32)),
+            torch.from_numpy(qo_indptr), torch.from_numpy(indptr),
+            self._gathered[: int(indptr[-1])], torch.from_numpy(last),
             attn.num_qo_heads, attn.num_kv_heads, attn.head_dim, attn.page_size, causal=True,
             sm_scale=attn.sm_scale, q_data_type=attn.dtype, kv_data_type=attn.dtype,
         )

@@ -28,7 +28,7 @@ from ..transfer import to_device
 from .config import EngineConfig
 from .graph import GraphRunner
 from .memory import plan_kv_memory
-from .mixed import MixedGraphs, mixed_sizes
+from .mixed import MixedGraphs
 from .piecewise import PiecewiseGraphs, piece_sizes
 from .sampler import Sampler
 
@@ -72,7 +72,7 @@ class Engine:
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
-        mixed = mixed_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
+        mixed = piece_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
         if not bucket_sizes or not self._whole_kv_decode(cfg.head_dim):
             mixed = []
         num_pages = self._num_pages(graph_bs, bucket_sizes + mixed)

@@ -10,11 +10,11 @@ for the decodes, each with a plan a graph can replay), so such a step costs the 
 decode step does: one plan, one replay.
 
 Measured on the H200 offline workload with `lof --mixed-step-tokens 256` (RESULTS.md,
-"Whole mixed-step graphs"): Qwen3-0.6B 2% faster than through the piecewise graphs, but
+"Latest: ninth session"): Qwen3-0.6B 2% faster than through the piecewise graphs, but
 Llama-3.1-8B 4.5% slower, for a reason not yet traced; so they are not the default.
 
-One graph per multiple of BUCKET rows; a step of T tokens replays the smallest size >= T
-(at most BUCKET - 1 padding rows, which read token 0 at position 0 and write their KV into
+One graph per multiple of 16 rows (piecewise.py's buckets); a step of T tokens replays the smallest size >= T
+(at most 15 padding rows, which read token 0 at position 0 and write their KV into
 the pool's dummy slot). All sizes read one set of static inputs, and their memory pool is
 the piecewise graphs': a replay's tensors are dead once its hidden states are read, which
 the LM head does next, before any other graph replays."""
@@ -26,29 +26,26 @@ import time
 
 import torch
 
-from ..attention.flashinfer_backend import FlashInferBackend
+from ..attention.flashinfer_backend import FlashInferBackend, even_lengths
 from ..attention.mixed_graph import MAX_CHUNKS, MixedGraphAttention
 from ..core import Batch, Context
 from ..models import LlamaForCausalLM
-from .piecewise import BUCKET, bucket_for
+from .graph import WHOLE_KV_MIN_BS
+from .piecewise import bucket_for
 from .static_inputs import StaticInputs
 
 logger = logging.getLogger(__name__)
-# Fewer decodes than this attend faster split (graph.py's WHOLE_KV_MIN_BS), so their mixed
+# Fewer decodes than this attend faster split (as in the decode graphs), so their mixed
 # steps take the piecewise graphs, whose plan splits long requests.
-MIN_DECODES = 32
-
-
-def mixed_sizes(max_tokens: int) -> list[int]:
-    """Every multiple of BUCKET up to `max_tokens`."""
-    return list(range(BUCKET, max_tokens + 1, BUCKET))
+MIN_DECODES = WHOLE_KV_MIN_BS
 
 
 class MixedGraphs:
     def __init__(self, model: LlamaForCausalLM, backend: FlashInferBackend, ctx: Context,
                  sizes: list[int], max_pages_per_req: int, pool: object,
                  device: torch.device) -> None:
-        """sizes: ascending (`mixed_sizes`); pool: the CUDA-graph memory pool to share."""
+        """sizes: ascending multiples of 16 (`piece_sizes`); pool: the CUDA-graph memory pool
+        to share."""
         assert sizes and sizes == sorted(set(sizes)) and sizes[0] > MAX_CHUNKS, sizes
         self.sizes, self.model, self.backend, self.ctx = sizes, model, backend, ctx
         kv = backend.kv_pool
@@ -91,8 +88,7 @@ class MixedGraphs:
         if bucket_for(self.sizes, batch.num_tokens) is None or not (
                 d < batch.size <= d + MAX_CHUNKS):
             return False
-        lens = [r.device_len for r in batch.reqs[:d]]
-        return not d or (d >= MIN_DECODES and max(lens) * d <= 2 * sum(lens))
+        return not d or (d >= MIN_DECODES and even_lengths([r.device_len for r in batch.reqs[:d]]))
 
     def run(self, batch: Batch, logits_indices: torch.Tensor) -> torch.Tensor:
         """Plan the batch's attention, replay its size's graph -> the logits (B, V) of the

@@ -1,7 +1,8 @@
 """The decode graphs' page-id gather (attention/page_ids.py) against `paged_kv_meta`'s torch
 ops, padding requests included, on CPU through Triton's interpreter (in a subprocess:
-TRITON_INTERPRET must be set before the kernel is defined). On the GPU it runs in every
-decode-graph test (tests/gpu, tests/worker/test_gpu.py) through `plan_padded`."""
+TRITON_INTERPRET must be set before the kernel is defined), directly and through
+`gather_pages`. On the GPU it runs in every decode-graph test (tests/gpu,
+tests/worker/test_gpu.py) through `plan_padded`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CASES = 12
 
 
 def check() -> None:
-    from minisgl_worker.attention.flashinfer_backend import paged_kv_meta
+    from minisgl_worker.attention.flashinfer_backend import gather_pages, paged_kv_meta
     from minisgl_worker.attention.page_ids import gather_page_ids
 
     rng = random.Random(0)
@@ -43,6 +44,16 @@ def check() -> None:
         gather_page_ids(table, sizes, page_size, dummy, out)
         assert torch.equal(out[: len(expect)], expect), (case, out, expect)
         assert (out[len(expect):] == -7).all(), "wrote past the batch's page ids"
+        # gather_pages (the decode and mixed-step graphs' plans): the same ids, and the CSR
+        # sizes the kernels are planned with
+        again = torch.full_like(out, -7)
+        indptr, last = gather_pages(table, rows + [-1] * pad, lens + [1] * pad, page_size,
+                                    dummy, again)
+        assert torch.equal(again, out), (case, again, out)
+        assert indptr.dtype == last.dtype == np.int32
+        assert indptr.tolist() == [0, *np.cumsum(pages).tolist()], (case, indptr)
+        assert last.tolist() == [n - (p - 1) * page_size
+                                 for n, p in zip(lens + [1] * pad, pages)], (case, last)
         print(f"case {case}: {len(rows)} requests + {pad} padding, page {page_size}: equal")
 
 

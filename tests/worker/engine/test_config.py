@@ -9,11 +9,14 @@ from minisgl_worker.engine import EngineConfig
 from minisgl_worker.engine.piecewise import bucket_for, piece_sizes
 
 
-@pytest.mark.parametrize("bad", [-2, 1, 15])
-def test_cuda_graph_max_tokens_out_of_range_names_the_field(bad: int) -> None:
-    with pytest.raises(AssertionError, match=f"cuda_graph_max_tokens must be -1, 0 or >= 16; "
-                                             f"got {bad}"):
-        EngineConfig("m", cuda_graph_max_tokens=bad)
+@pytest.mark.parametrize(("field", "allowed", "bad"), [
+    *[("cuda_graph_max_tokens", "-1, 0 or >= 16", bad) for bad in (-2, 1, 15)],
+    *[("cuda_graph_mixed_tokens", "0 or >= 16", bad) for bad in (-1, 1, 15)],
+])
+def test_graph_token_limits_out_of_range_name_the_field(field: str, allowed: str,
+                                                        bad: int) -> None:
+    with pytest.raises(AssertionError, match=f"{field} must be {allowed}; got {bad}"):
+        EngineConfig("m", **{field: bad})
 
 
 def test_cuda_graph_max_tokens_resolves_per_device() -> None:
@@ -23,13 +26,6 @@ def test_cuda_graph_max_tokens_resolves_per_device() -> None:
     assert EngineConfig("m", cuda_graph_max_tokens=0).resolve_graph_max_tokens(
         torch.device("cuda")) == 0
     assert EngineConfig("m").resolve_graph_max_tokens(torch.device("cpu")) == 0
-
-
-@pytest.mark.parametrize("bad", [-1, 1, 15])
-def test_cuda_graph_mixed_tokens_out_of_range_names_the_field(bad: int) -> None:
-    with pytest.raises(AssertionError, match=f"cuda_graph_mixed_tokens must be 0 or >= 16; "
-                                             f"got {bad}"):
-        EngineConfig("m", cuda_graph_mixed_tokens=bad)
 
 
 def test_cuda_graph_mixed_tokens_resolves_under_the_piecewise_limit() -> None:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import torch
 from minisgl_worker.core import Batch, Req
-from minisgl_worker.engine.mixed import MAX_CHUNKS, MIN_DECODES, MixedGraphs, mixed_sizes
+from minisgl_worker.engine.mixed import MAX_CHUNKS, MIN_DECODES, MixedGraphs
+from minisgl_worker.engine.piecewise import piece_sizes
 from minisgl_worker.protocol import SamplingParams
 
 
@@ -31,7 +32,7 @@ def _batch(decode_lens: list[int], chunks: list[int]) -> Batch:
 
 
 def _takes(batch: Batch) -> bool:
-    graphs = SimpleNamespace(sizes=mixed_sizes(256))
+    graphs = SimpleNamespace(sizes=piece_sizes(256))
     return MixedGraphs.can_run(graphs, batch)  # type: ignore[arg-type]
 
 
