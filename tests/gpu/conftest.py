@@ -14,7 +14,8 @@ from .paged import LAYOUTS, prefill_backends
 
 @pytest.fixture(scope="session", autouse=True)
 def _flashinfer_jit() -> None:
-    from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention, build_jit
+    from minisgl_worker.attention.flashinfer_jit import build_jit
+    from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
     from minisgl_worker.layers import cuda_ops
 
     device = torch.device("cuda")

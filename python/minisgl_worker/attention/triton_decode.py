@@ -96,14 +96,12 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
-    # meta: indptr (bs + 1), last page lengths (bs), order (bs), the rows to write (1), one
-    # int32 buffer. Rows from that count on are left as they are (a mixed step's prompt rows).
+    # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
     b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
     h = tl.program_id(1)
     first_page = tl.load(meta_ptr + b)
     num_pages = tl.load(meta_ptr + b + 1) - first_page
-    n_rows = tl.load(meta_ptr + 3 * bs + 1)
-    kv_len = tl.where(b < n_rows, (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b), 0)
+    kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
     if PDL:  # the plan was ready before the step; q and the new k, v come from the
         tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
@@ -114,7 +112,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
         valid = t < kv_len
         k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
         m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
-    store_output(out_ptr, acc, l_i, b, heads, rows & (b + 0 * heads < n_rows), HKV * GROUP, D)
+    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def supports(head_dim: int) -> bool:
@@ -134,21 +132,17 @@ class WholeKVDecode:
         self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
         self.page_size, self.indices = page_size, indices
         self.scale_log2 = sm_scale * LOG2E
-        self._meta = torch.empty(3 * batch_size + 2, dtype=torch.int32, device=indices.device)
+        self._meta = torch.empty(3 * batch_size + 1, dtype=torch.int32, device=indices.device)
 
-    def plan(self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
-             rows: int | None = None) -> None:
+    def plan(self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor) -> None:
         """The padded batch's int32 metadata, from host tensors, into the graphs' buffer
-        (through the copy stream: a device-to-device copy stays on the compute stream).
-        `rows` (default: all): only output rows 0..rows are written."""
+        (through the copy stream: a device-to-device copy stays on the compute stream)."""
         bs = self.bs
         assert kv_last_page_len.numel() == bs, (kv_last_page_len.numel(), bs)
-        rows = bs if rows is None else rows
-        assert 0 <= rows <= bs, (rows, bs)
         indptr, last = kv_indptr.numpy(), kv_last_page_len.numpy()
         lens = (np.diff(indptr) - 1) * self.page_size + last
         order = np.argsort(-lens, kind="stable")
-        meta = np.concatenate([indptr, last, order, [rows]]).astype(np.int32)
+        meta = np.concatenate([indptr, last, order]).astype(np.int32)
         self._meta.copy_(to_device(meta, self._meta.device, torch.int32))
 
     def run(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
