@@ -14,7 +14,7 @@ from minisgl_worker.engine import Engine, EngineConfig
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
 
-from ..worker.conftest import LLAMA3_ROPE, Driver, hf_logits, save_tiny_model
+from ..worker.conftest import LLAMA3_ROPE, Driver, hf_logits, open_mixed_gate, save_tiny_model
 
 pytestmark = pytest.mark.gpu
 # head_dim 64 or 128 only (the FlashInfer modules the JIT cache holds); GQA groups of 2 and
@@ -241,10 +241,9 @@ def test_mixed_graphs_equal_the_eager_forward(model: Any, lens: list[int],
     """A batch of decodes first, then prompt chunks (the third case chunks only), through a
     whole mixed-step graph (attention captured) and eagerly: same logits up to bf16
     rounding, with the padding rows of the graph's size (16 multiples) left out."""
-    from minisgl_worker.engine import mixed
     from minisgl_worker.engine.piecewise import piece_sizes
 
-    monkeypatch.setattr(mixed, "MIN_DECODES", 1)  # the graphs, for a batch of a few decodes
+    open_mixed_gate(monkeypatch)  # the graphs, for a batch of a few requests
     engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
                                  max_running=8, cuda_graph_max_tokens=96, chunk_size=256,
                                  cuda_graph_mixed_tokens=256))
@@ -279,7 +278,7 @@ def test_generation_through_graphs_with_prompt_tokens(model: Any, monkeypatch: A
         return run(self, batch, rows)
 
     monkeypatch.setattr(cls, "run", spy)
-    monkeypatch.setattr(mixed, "MIN_DECODES", 1)  # five prompts: at most five decodes
+    open_mixed_gate(monkeypatch)  # five prompts: at most five requests a step
     options = {"cuda_graph_mixed_tokens": 64} if graphs == "mixed" else {}
     out = _greedy(path, 24, chunk_size=8, cuda_graph_max_tokens=64, **options)
     assert runs.count("mixed") >= 5 and "prefill" in runs, runs

@@ -118,3 +118,13 @@ class Driver:
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float()  # (T, V)
+
+
+def open_mixed_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the whole mixed-step graphs (engine/mixed.py) take a test's small batches: their
+    gate, for speed only, keeps the batches whose eager FA2 plan would tile or split
+    differently (at least ~34 requests on an H200). Call before building the engine."""
+    from minisgl_worker.engine import mixed
+
+    monkeypatch.setattr(mixed, "min_requests", lambda num_sms, num_kv_heads: 1)
+    monkeypatch.setattr(mixed, "QUERY_TILE", 1 << 30)

@@ -192,12 +192,12 @@ class FlashInferPagedAttention:
         """q (T, Hq, D), row order as in the plan; k_cache/v_cache one layer's pages, with the
         batch's new tokens already stored -> (T, Hq, D). Capturable after `plan_cuda_graph`."""
         assert self._active is not None, "plan() a batch first"
+        if out is None:  # FlashInfer's prefill wrappers would zero it: a fill kernel a layer
+            out = torch.empty((q.shape[0], self.num_qo_heads, self.head_dim), dtype=q.dtype,
+                              device=q.device)
         d = self._num_decode_rows
         if not d:
             return self._active.run(q, (k_cache, v_cache), out=out)
-        if out is None:
-            out = torch.empty((q.shape[0], self.num_qo_heads, self.head_dim), dtype=q.dtype,
-                              device=q.device)
         self._mixed_decode.run(q[:d], (k_cache, v_cache), out=out[:d])
         self._prefill.run(q[d:], (k_cache, v_cache), out=out[d:])
         return out

@@ -7,9 +7,8 @@ RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one paral
 start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
 and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
 fills the prefill budget), replay piecewise graphs with their attention between the pieces
-(piecewise.py), except, when `cuda_graph_mixed_tokens` is set (off by default), mixed
-batches of up to that many tokens and at most four prompt chunks, which replay whole graphs
-(mixed.py); other batches run eagerly. On CPU everything is torch-native."""
+(piecewise.py), except mixed batches of up to `cuda_graph_mixed_tokens` tokens with enough
+requests, which replay whole graphs (mixed.py); other batches run eagerly. On CPU everything is torch-native."""
 
 from __future__ import annotations
 
@@ -73,8 +72,8 @@ class Engine:
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
         mixed = piece_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
-        if not bucket_sizes or not self._whole_kv_decode(cfg.head_dim):
-            mixed = []
+        if not bucket_sizes or cfg.num_heads // cfg.num_kv_heads < 2:
+            mixed = []  # they run FA2's tensor-core kernel, for GQA layouts (mixed_graph.py)
         num_pages = self._num_pages(graph_bs, bucket_sizes + mixed)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,
@@ -131,14 +130,6 @@ class Engine:
         if mixed and self.pieces is not None:
             self.mixed = MixedGraphs(self.model, backend, self.ctx, mixed, max_pages,
                                      self.pieces.pool, self.device)
-
-    def _whole_kv_decode(self, head_dim: int) -> bool:
-        """Whether the mixed graphs' decode kernel (attention/triton_decode.py) can run."""
-        if self.backend_name != "flashinfer" or self.device.type != "cuda":
-            return False
-        from ..attention import triton_decode  # imports triton: CUDA only
-
-        return triton_decode.supports(head_dim)
 
     def _build_jit(self) -> None:
         """Compile every FlashInfer module this engine uses in one parallel ninja run

@@ -1,17 +1,19 @@
-"""Whole CUDA graphs for small mixed steps: decodes with up to MAX_CHUNKS prompt chunks, at
-most `sizes[-1]` tokens (a step under `--mixed-step-tokens`, or a request arriving while
-others decode). Opt-in (EngineConfig.cuda_graph_mixed_tokens).
+"""Whole CUDA graphs for small mixed steps: decodes beside prompt chunks, at most
+`sizes[-1]` tokens (a step under `--mixed-step-tokens`, or a request arriving while others
+decode), up to EngineConfig.cuda_graph_mixed_tokens (256 by default).
 
 The piecewise graphs (piecewise.py) run such a step's attention eagerly between the pieces
-of every layer: on the H200 that cost ~0.2-0.45 ms a step of GPU gaps over a decode graph,
+of every layer: on the H200 that cost ~0.1-0.45 ms a step of GPU gaps over a decode graph,
 and Qwen3-0.6B's mixed steps were host-bound (benches/RESULTS.md). Here the attention is
-captured too (attention/mixed_graph.py: a prefill kernel for the chunks, the decode kernel
-for the decodes, each with a plan a graph can replay), so such a step costs the host what a
-decode step does: one plan, one replay.
+captured too (attention/mixed_graph.py: the same FA2 kernel that the piecewise graphs' plan
+runs, with a plan a graph can replay), so such a step costs the host what a decode step
+does: one plan, one replay.
 
-Measured on the H200 offline workload with `lof --mixed-step-tokens 256` (RESULTS.md,
-"Latest: ninth session"): Qwen3-0.6B 2% faster than through the piecewise graphs, but
-Llama-3.1-8B 4.5% slower, for a reason not yet traced; so they are not the default.
+The first version (5303cbe) ran the decode rows on the whole-KV Triton kernel and the
+chunks on FA2 in graph mode, which split and merged: Llama-3.1-8B's capped steps took 12.9
+ms on the GPU against the piecewise graphs' 12.3 (kernel traces, RESULTS.md, "Tenth
+session"). This one runs what the piecewise graphs run, so it takes only the batches whose
+eager plan it matches (`can_run`).
 
 One graph per multiple of 16 rows (piecewise.py's buckets); a step of T tokens replays the smallest size >= T
 (at most 15 padding rows, which read token 0 at position 0 and write their KV into
@@ -26,18 +28,21 @@ import time
 
 import torch
 
-from ..attention.flashinfer_backend import FlashInferBackend, even_lengths
-from ..attention.mixed_graph import MAX_CHUNKS, MixedGraphAttention
+from ..attention.flashinfer_backend import FlashInferBackend
+from ..attention.mixed_graph import QUERY_TILE, MixedGraphAttention
 from ..core import Batch, Context
 from ..models import LlamaForCausalLM
-from .graph import WHOLE_KV_MIN_BS
 from .piecewise import bucket_for
 from .static_inputs import StaticInputs
 
 logger = logging.getLogger(__name__)
-# Fewer decodes than this attend faster split (as in the decode graphs), so their mixed
-# steps take the piecewise graphs, whose plan splits long requests.
-MIN_DECODES = WHOLE_KV_MIN_BS
+
+
+def min_requests(num_sms: int, num_kv_heads: int) -> int:
+    """The fewest requests for which FA2's eager plan leaves long KV unsplit, as the graphs
+    do: it splits while its tiles (at least one a request) fit in 2 CTAs a SM per KV head
+    (scheduler.cuh, `max_batch_size_if_split`)."""
+    return 2 * num_sms // num_kv_heads + 1
 
 
 class MixedGraphs:
@@ -46,10 +51,14 @@ class MixedGraphs:
                  device: torch.device) -> None:
         """sizes: ascending multiples of 16 (`piece_sizes`); pool: the CUDA-graph memory pool
         to share."""
-        assert sizes and sizes == sorted(set(sizes)) and sizes[0] > MAX_CHUNKS, sizes
+        assert sizes and sizes == sorted(set(sizes)), sizes
         self.sizes, self.model, self.backend, self.ctx = sizes, model, backend, ctx
-        kv = backend.kv_pool
-        self.attn = MixedGraphAttention(backend.attn, backend.page_table, sizes, kv.dummy_page,
+        kv, attn = backend.kv_pool, backend.attn
+        assert attn.use_tensor_cores, "a mixed step runs whole on FA2 with tensor-core decode"
+        self.group = attn.num_qo_heads // attn.num_kv_heads
+        self.min_requests = min_requests(
+            torch.cuda.get_device_properties(device).multi_processor_count, attn.num_kv_heads)
+        self.attn = MixedGraphAttention(attn, backend.page_table, sizes, kv.dummy_page,
                                         max_pages_per_req)
         self.inputs = StaticInputs(sizes[-1], kv.dummy_page * kv.page_size, device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -59,10 +68,9 @@ class MixedGraphs:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         stream = torch.cuda.Stream(device)
         for size in reversed(self.sizes):
-            decodes = size - MAX_CHUNKS  # every request on the dummy page, one row a chunk
+            # One row a request, every request on the dummy page: FA2's tile is fixed here.
             batch = self.inputs.batch(size, [1] * size)
-            self.attn.plan(size, ([-1] * decodes, [1] * decodes),
-                           ([-1] * MAX_CHUNKS, [1] * MAX_CHUNKS, [1] * MAX_CHUNKS))
+            self.attn.plan(size, [-1] * size, [1] * size, [1] * size)
             ids, pos = batch.input_ids, batch.positions
             graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), self.ctx.forward_batch(batch):
@@ -74,40 +82,29 @@ class MixedGraphs:
                     hidden = self.model.model(ids, pos)
             self.graphs[size] = (graph, hidden)
         torch.cuda.synchronize(device)
-        logger.info("captured %d mixed-step CUDA graphs (%d..%d tokens, up to %d prompt "
-                    "chunks) in %.1f s, %.0f MiB", len(self.graphs), self.sizes[0],
-                    self.sizes[-1], MAX_CHUNKS, time.perf_counter() - t0,
+        logger.info("captured %d mixed-step CUDA graphs (%d..%d tokens, from %d requests) "
+                    "in %.1f s, %.0f MiB", len(self.graphs), self.sizes[0], self.sizes[-1],
+                    self.min_requests, time.perf_counter() - t0,
                     (free0 - torch.cuda.mem_get_info(device)[0]) / 2**20)
 
     def can_run(self, batch: Batch) -> bool:
-        """Whether the batch (not all decodes) is decodes first, then at most MAX_CHUNKS
-        requests, in tokens that a size holds, with decodes the whole-KV kernel suits: none,
-        or at least MIN_DECODES of even lengths (no longer than twice their mean; without
-        a split the longest request sets the kernel's time)."""
-        d = _leading_decodes(batch)
-        if bucket_for(self.sizes, batch.num_tokens) is None or not (
-                d < batch.size <= d + MAX_CHUNKS):
-            return False
-        return not d or (d >= MIN_DECODES and even_lengths([r.device_len for r in batch.reqs[:d]]))
+        """Whether a size holds the batch's tokens and the graphs' FA2 plan is the one the
+        piecewise graphs' eager plan would make: the 16-row query tile (which that plan
+        picks when the mean request's packed query, tokens x GQA group, is at most 16) and
+        no split of long KV (enough requests; `min_requests`). Other batches, such as a few
+        long prompt chunks alone, take the piecewise graphs, whose plan tiles them larger."""
+        n, reqs = batch.num_tokens, batch.size
+        return (bucket_for(self.sizes, n) is not None and reqs >= self.min_requests
+                and n * self.group <= QUERY_TILE * reqs)
 
     def run(self, batch: Batch, logits_indices: torch.Tensor) -> torch.Tensor:
         """Plan the batch's attention, replay its size's graph -> the logits (B, V) of the
         rows `logits_indices`."""
         size = bucket_for(self.sizes, batch.num_tokens)
         assert size is not None, f"no mixed graph for {batch.num_tokens} tokens"
-        d, reqs = _leading_decodes(batch), batch.reqs
         self.inputs.load(batch, size)
-        self.attn.plan(size, ([r.table_idx for r in reqs[:d]], [r.device_len for r in reqs[:d]]),
-                       ([r.table_idx for r in reqs[d:]], [r.device_len for r in reqs[d:]],
-                        batch.extend_lens[d:]))
+        self.attn.plan(size, [r.table_idx for r in batch.reqs],
+                       [r.device_len for r in batch.reqs], batch.extend_lens)
         graph, hidden = self.graphs[size]
         graph.replay()
         return self.model.logits(hidden, logits_indices)
-
-
-def _leading_decodes(batch: Batch) -> int:
-    """How many requests at the front of the batch decode (one token each)."""
-    for i, (req, n) in enumerate(zip(batch.reqs, batch.extend_lens)):
-        if not (req.is_decoding and n == 1):
-            return i
-    return batch.size

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from minisgl_worker.protocol import Generate, SamplingParams, TokenOutput
 from minisgl_worker.scheduler import Scheduler
 
-from ..conftest import LLAMA3_ROPE, save_tiny_model
+from ..conftest import LLAMA3_ROPE, open_mixed_gate, save_tiny_model
 
 SHARED = [(7 * i) % 250 + 3 for i in range(30)]
 OPS = st.lists(
@@ -64,13 +64,15 @@ def cuda_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, **COMMON)
 def test_random_traffic_keeps_the_books_on_cuda(
-    engine_factory: Any, cuda_llama: Path, ops: list[tuple[str, int, int]],
-    page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, steps: int | None,
+    engine_factory: Any, cuda_llama: Path, monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[str, int, int]], page_size: int, chunk: int, cache: str, policy: str,
+    mixed: int | None, steps: int | None,
 ) -> None:
     """The same on CUDA's defaults (bf16, FlashInfer, CUDA graphs, overlap on), plus the
-    whole mixed-step graphs (for its prompt-only steps: it never has 32 decodes): the batch in
-    flight is really in flight, its tokens land in the GPU token pool, and page-table writes
-    are queued and flushed (a released request's queued writes must never land)."""
+    whole mixed-step graphs, their gate opened (three requests at most): the batch in flight
+    is really in flight, its tokens land in the GPU token pool, and page-table writes are
+    queued and flushed (a released request's queued writes must never land)."""
+    open_mixed_gate(monkeypatch)
     engine = engine_factory(cuda_llama, device="cuda", dtype="bfloat16", kv_tokens=64,
                             page_size=page_size, max_running=3, chunk_size=64,
                             cuda_graph_max_tokens=64, cuda_graph_mixed_tokens=64)
