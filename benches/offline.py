@@ -33,6 +33,11 @@ def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParam
                      for m in output_lens]
 
 
+def mixed_graph_option(tokens: int | None) -> dict[str, int]:
+    """LLM(...)'s option for --mixed-graph-tokens (None: the engine's default)."""
+    return {} if tokens is None else {"cuda_graph_mixed_tokens": tokens}
+
+
 def drop_prefix_cache(llm: LLM) -> None:
     """Evict every cached prefix: a repetition of the same prompts would otherwise skip
     their prefill (mini-sglang's anchor is a fresh process, its cache cold)."""
@@ -71,12 +76,14 @@ def main() -> None:
     p.add_argument("--configs", default="",
                    help="comma-separated POLICY:MIXED_CHUNK[:MIXED_STEP_TOKENS] scheduler "
                         "settings to run in turn (e.g. fcfs:8192,lof:8192:256); empty: the "
-                        "offline API's defaults. With --mixed-graph-tokens, a trailing "
-                        "/piecewise runs that setting's mixed steps through the piecewise "
-                        "graphs instead")
-    p.add_argument("--mixed-graph-tokens", type=int, default=0,
+                        "offline API's defaults. A trailing /piecewise runs that setting's "
+                        "mixed steps through the piecewise graphs instead of the whole "
+                        "mixed-step graphs")
+    p.add_argument("--mixed-graph-tokens", type=int,
+                   default=None,
                    help="EngineConfig.cuda_graph_mixed_tokens: whole CUDA graphs for mixed steps "
-                        "of up to this many tokens (engine/mixed.py); 0: none (the default)")
+                        "of up to this many tokens (engine/mixed.py); 0: none "
+                        "(default: EngineConfig's)")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
@@ -85,7 +92,7 @@ def main() -> None:
     t0 = time.perf_counter()
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, cache=args.cache,
-              cuda_graph_mixed_tokens=args.mixed_graph_tokens)
+              **mixed_graph_option(args.mixed_graph_tokens))
     startup = time.perf_counter() - t0
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up

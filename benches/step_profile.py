@@ -29,7 +29,7 @@ from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).parent))
-from offline import drop_prefix_cache, workload
+from offline import drop_prefix_cache, mixed_graph_option, workload
 
 
 class StepTimer:
@@ -151,9 +151,11 @@ def main() -> None:
                    help="prefill tokens beside decodes (default: the chunk size)")
     p.add_argument("--mixed-step-tokens", type=int, default=None,
                    help="cap on a step with decodes (scheduler/budget.py; default off)")
-    p.add_argument("--mixed-graph-tokens", type=int, default=0,
+    p.add_argument("--mixed-graph-tokens", type=int,
+                   default=None,
                    help="whole CUDA graphs for mixed steps of up to this many tokens "
-                        "(EngineConfig.cuda_graph_mixed_tokens, engine/mixed.py); 0: none")
+                        "(EngineConfig.cuda_graph_mixed_tokens, engine/mixed.py); 0: none "
+                        "(default: EngineConfig's)")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
@@ -163,7 +165,7 @@ def main() -> None:
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, policy=args.policy,
               mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens,
-              cuda_graph_mixed_tokens=args.mixed_graph_tokens)
+              **mixed_graph_option(args.mixed_graph_tokens))
     prompts, params = workload(256)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)

@@ -27,11 +27,11 @@ class EngineConfig:
     # chunk_size, replay piecewise CUDA graphs (engine/piecewise.py; FlashInfer with
     # bf16/fp16); -1: 512; 0: none.
     cuda_graph_max_tokens: int = -1
-    # Mixed steps (decodes first, then at most 4 prompt chunks) of up to this many tokens
-    # replay whole CUDA graphs, attention included (engine/mixed.py; needs the piecewise
-    # graphs, capped at cuda_graph_max_tokens); 0: none, the default: on the H200 they ran
-    # Llama-3.1-8B's capped steps slower than the piecewise graphs (benches/RESULTS.md).
-    cuda_graph_mixed_tokens: int = 0
+    # Mixed steps (decodes and prompt chunks, enough requests: mixed.py's can_run) of up to
+    # this many tokens replay whole CUDA graphs, attention included (engine/mixed.py; needs
+    # the piecewise graphs, capped at cuda_graph_max_tokens); 0: none (they take steps
+    # through the piecewise graphs instead).
+    cuda_graph_mixed_tokens: int = 256
 
     def __post_init__(self) -> None:
         assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"

@@ -29,8 +29,8 @@ def test_cuda_graph_max_tokens_resolves_per_device() -> None:
 
 
 def test_cuda_graph_mixed_tokens_resolves_under_the_piecewise_limit() -> None:
-    assert EngineConfig("m").resolve_graph_mixed_tokens(512) == 0  # off by default
-    assert EngineConfig("m", cuda_graph_mixed_tokens=256).resolve_graph_mixed_tokens(512) == 256
+    assert EngineConfig("m").resolve_graph_mixed_tokens(512) == 256
+    assert EngineConfig("m", cuda_graph_mixed_tokens=0).resolve_graph_mixed_tokens(512) == 0
     assert EngineConfig("m", cuda_graph_mixed_tokens=256).resolve_graph_mixed_tokens(64) == 64
     assert EngineConfig("m", cuda_graph_mixed_tokens=48).resolve_graph_mixed_tokens(0) == 0
 
