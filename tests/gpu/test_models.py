@@ -279,8 +279,9 @@ def test_generation_through_graphs_with_prompt_tokens(model: Any, monkeypatch: A
 
     monkeypatch.setattr(cls, "run", spy)
     open_mixed_gate(monkeypatch)  # five prompts: at most five requests a step
-    options = {"cuda_graph_mixed_tokens": 64} if graphs == "mixed" else {}
-    out = _greedy(path, 24, chunk_size=8, cuda_graph_max_tokens=64, **options)
+    mixed_tokens = 64 if graphs == "mixed" else 0
+    out = _greedy(path, 24, chunk_size=8, cuda_graph_max_tokens=64,
+                  cuda_graph_mixed_tokens=mixed_tokens)
     assert runs.count("mixed") >= 5 and "prefill" in runs, runs
     ties = _near_ties_vs_torch_native(path, PROMPTS, out)
     print(f"{arch}: {len(runs)} {graphs} steps ({runs.count('mixed')} mixed), {ties} of "
