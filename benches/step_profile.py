@@ -8,9 +8,8 @@ launches or graph replay) and `process_results` (of which: waiting for the batch
 and CUDA events around each batch's forward on the stream, which give its GPU span and the
 GPU's idle time before it (a gap means the host, not the GPU, was the bottleneck). Steps
 are split by kind: decode batches that replay a CUDA graph, batches with prefill tokens
-that replay whole mixed-step graphs (on by default; --mixed-graph-tokens) or piecewise graphs, and
-those run eagerly. Then `--profile-steps` steps from the
-middle of a second run under torch.profiler: GPU time per kernel, to see what a step is
+that replay whole mixed-step graphs (on by default; --mixed-graph-tokens) or piecewise
+graphs, and those run eagerly. Then `--profile-steps` steps from the middle of a second run under torch.profiler: GPU time per kernel, to see what a step is
 made of."""
 
 from __future__ import annotations

@@ -89,12 +89,6 @@ def gather_pages(page_table: torch.Tensor, rows: Sequence[int], lens: Sequence[i
     return indptr.astype(np.int32), last.astype(np.int32)
 
 
-def even_lengths(lens: Sequence[int]) -> bool:
-    """No request longer than twice the mean: what an unsplit (whole-KV) decode kernel,
-    whose longest request sets its time, needs to beat a split one."""
-    return max(lens) * len(lens) <= 2 * sum(lens)
-
-
 def _indptr(lens: Sequence[int]) -> torch.Tensor:
     out = torch.zeros(len(lens) + 1, dtype=torch.int32)
     torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0, out=out[1:])
@@ -132,7 +126,8 @@ class FlashInferBackend(BaseAttnBackend):
         the GPU) and no request is longer than twice the mean."""
         if not batch.reqs or not self.attn.has_whole_kv_graph(padded_bs):
             return True
-        return not even_lengths([r.device_len for r in batch.reqs])
+        lens = [r.device_len for r in batch.reqs]
+        return max(lens) * len(lens) > 2 * sum(lens)
 
     def plan_padded(self, batch: Batch, padded_bs: int, split_kv: bool = True) -> None:
         """Plan a decode batch for the CUDA graph of size padded_bs >= batch.size (the

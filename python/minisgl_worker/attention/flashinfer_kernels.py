@@ -60,6 +60,14 @@ def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torc
     return "fa3" if sm90 and head_dim in (64, 128, 256) else "fa2"
 
 
+def tensor_core_decode(num_qo_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode runs on tensor cores (FlashInfer's prefill kernels): whenever query
+    heads share a KV head, where they win. On the offline workload Qwen3-0.6B (group 2) ran
+    6.47 -> 6.23 s with them; Llama (group 4) was measured faster before. MHA keeps the
+    CUDA-core kernel."""
+    return num_qo_heads // num_kv_heads >= 2
+
+
 class FlashInferPagedAttention:
     """Paged prefill/decode attention over per-layer k/v caches shaped
     (num_pages, page_size, num_kv_heads, head_dim) (FlashInfer's NHD layout)."""
@@ -78,10 +86,7 @@ class FlashInferPagedAttention:
         self.dtype, self.device = dtype, torch.device(device)
         self.sm_scale = sm_scale if sm_scale is not None else head_dim**-0.5
         self.prefill_backend = resolve_prefill_backend(prefill_backend, head_dim, self.device)
-        # Tensor-core decode (FlashInfer's prefill kernels) wins whenever query heads share
-        # a KV head: on the offline workload Qwen3-0.6B (group 2) ran 6.47 -> 6.23 s with
-        # it; Llama (group 4) was measured faster before. MHA keeps the CUDA-core kernel.
-        self.use_tensor_cores = num_qo_heads // num_kv_heads >= 2
+        self.use_tensor_cores = tensor_core_decode(num_qo_heads, num_kv_heads)
         assert decode_backend == "fa2" or self.use_tensor_cores, "fa3 decode needs tensor cores"
         self.decode_backend, self.kv_layout = decode_backend, kv_layout
         # Zeroed: FlashInfer requires a zero float workspace on first use.

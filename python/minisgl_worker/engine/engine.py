@@ -8,7 +8,8 @@ start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), a
 and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
 fills the prefill budget), replay piecewise graphs with their attention between the pieces
 (piecewise.py), except mixed batches of up to `cuda_graph_mixed_tokens` tokens with enough
-requests, which replay whole graphs (mixed.py); other batches run eagerly. On CPU everything is torch-native."""
+requests, which replay whole graphs (mixed.py); other batches run eagerly. On CPU
+everything is torch-native."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 
 from ..attention import create_attention_backend, resolve_backend_name
 from ..attention.base import BaseAttnBackend
+from ..attention.flashinfer_kernels import tensor_core_decode
 from ..core import Batch, Context, clear_global_ctx, set_global_ctx
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig, create_model
@@ -72,8 +74,8 @@ class Engine:
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
         mixed = piece_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
-        if not bucket_sizes or cfg.num_heads // cfg.num_kv_heads < 2:
-            mixed = []  # they run FA2's tensor-core kernel, for GQA layouts (mixed_graph.py)
+        if not bucket_sizes or not tensor_core_decode(cfg.num_heads, cfg.num_kv_heads):
+            mixed = []  # they run FA2's tensor-core kernel (mixed_graph.py)
         num_pages = self._num_pages(graph_bs, bucket_sizes + mixed)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,

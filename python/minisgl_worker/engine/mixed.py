@@ -15,9 +15,9 @@ ms on the GPU against the piecewise graphs' 12.3 (kernel traces, RESULTS.md, "Te
 session"). This one runs what the piecewise graphs run, so it takes only the batches whose
 eager plan it matches (`can_run`).
 
-One graph per multiple of 16 rows (piecewise.py's buckets); a step of T tokens replays the smallest size >= T
-(at most 15 padding rows, which read token 0 at position 0 and write their KV into
-the pool's dummy slot). All sizes read one set of static inputs, and their memory pool is
+One graph per multiple of 16 rows (piecewise.py's buckets); a step of T tokens replays the
+smallest size >= T (at most 15 padding rows, which read token 0 at position 0 and write
+their KV into the pool's dummy slot). All sizes read one set of static inputs, and their memory pool is
 the piecewise graphs': a replay's tensors are dead once its hidden states are read, which
 the LM head does next, before any other graph replays."""
 
