@@ -117,10 +117,14 @@ def _segments_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_
                      PDL: tl.constexpr):
     # meta (int32): the segment count; per segment slot (SoA, max_segments each) its
     # request, first query row, query tokens and the keys it sees; the requests' page indptr.
-    # (Fixed offsets: a CUDA graph replays the arguments it was captured with.)
-    s = tl.program_id(0)
-    h = tl.program_id(1)
-    if s < tl.load(meta_ptr):
+    # (Fixed offsets: a CUDA graph replays the arguments it was captured with.) Programs
+    # run head by head, each head's segments longest first; the grid's spare programs
+    # (slots past the step's segments) come last and return at once.
+    count = tl.load(meta_ptr)
+    p = tl.program_id(0)
+    s = p % count
+    h = p // count
+    if h < HKV:
         seg = meta_ptr + 1 + s
         b = tl.load(seg)
         q0 = tl.load(seg + max_segments)
@@ -206,7 +210,7 @@ class SegmentAttention:
         bs = len(q_lens)
         segments = plan_segments(kv_lens, q_lens, self.per_segment)
         count = len(segments[0])
-        assert bs <= self.max_requests and count <= grid <= self.max_segments, (
+        assert bs <= self.max_requests and 0 < count <= grid <= self.max_segments, (
             bs, count, grid)
         meta = np.zeros(1 + 4 * self.max_segments + bs + 1, dtype=np.int32)
         meta[0] = count
@@ -229,7 +233,7 @@ class SegmentAttention:
             out = torch.empty((q.shape[0], self.hq, self.d), dtype=q.dtype, device=q.device)
         assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
         pdl = launches_pdl(q.device)
-        _segments_kernel[(self._grid, self.hkv)](
+        _segments_kernel[(self._grid * self.hkv,)](
             q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2,
             q.stride(0), q.stride(1), self.max_segments, HKV=self.hkv,
             GROUP=self.group, GP=query_rows(self.group), D=self.d, PAGE=self.page_size,
