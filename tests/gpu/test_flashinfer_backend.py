@@ -175,49 +175,6 @@ def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
         assert rel_err(replayed, attn.run(q, k_cache, v_cache)) < 5e-3
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_mixed_segments_cuda_graph_replay_matches_reference(layout: str) -> None:
-    """The mixed-step graphs' kernel (attention/triton_decode.py, causal segments: decodes
-    and prompt chunks cut into 16-row pieces) captured once for a grid of 256 segment slots
-    with one-token requests, then replayed with long decodes beside chunks of up to 200
-    tokens after their prefixes, fewer segments than slots: each query row against the
-    float32 reference; rows in no segment (the graph's padding) are left as they were."""
-    from minisgl_worker.attention.triton_decode import SegmentAttention
-
-    hq, hkv, d = LAYOUTS[layout]
-    page_size, size = 16, 256
-    num_pages = 64 * (2048 // page_size) + 8
-    k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
-    page_ids = torch.zeros(num_pages, dtype=torch.int32, device=DEV)
-    attn = SegmentAttention(size, size, hq, hkv, d, page_size, d**-0.5, page_ids, causal=True)
-
-    def plan(q_lens: list[int], prefix: list[int]) -> PagedBatch:
-        batch = random_batch(q_lens, prefix, page_size, num_pages, DEV)
-        page_ids[: batch.meta.kv_indices.numel()] = batch.meta.kv_indices
-        attn.plan_segments(batch.meta.kv_indptr.numpy(), torch.tensor(batch.kv_lens).numpy(),
-                           torch.tensor(q_lens).numpy(), size)
-        return batch
-
-    plan([1] * size, [0] * size)  # capture: every slot a one-token request
-    q_static = _rand(size, hq, d)
-    attn.run(q_static, (k_cache, v_cache))  # warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_static = attn.run(q_static, (k_cache, v_cache))
-    for q_lens, prefix in (([1] * 40 + [120, 9], [2000] * 20 + [300] * 20 + [500, 0]),
-                           ([1] * 50 + [200], [1, 1500] * 25 + [1000])):
-        batch = plan(q_lens, prefix)
-        rows = sum(q_lens)
-        q = _rand(size, hq, d)
-        q_static.copy_(q)
-        out_static.fill_(float("nan"))
-        graph.replay()
-        ref = reference_attention(q[:rows], k_cache, v_cache, batch.meta, page_size)
-        assert rel_err(out_static[:rows], ref) < TOL
-        assert out_static[rows:].isnan().all()  # the padding rows: not written
-
-
 def _engine_batch(pool: MHAKVPool, page_table: torch.Tensor, cached: list[int],
                   extend: list[int]) -> Batch:
     """Requests in page-table rows 0.. with `cached` tokens in the pool, extending by

@@ -122,9 +122,9 @@ def hf_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 
 def open_mixed_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the whole mixed-step graphs (engine/mixed.py) take a test's small batches: their
-    gate, for speed only, keeps the steps that are mostly decodes, with enough requests to
-    fill the GPU (at least ~34 on an H200). Call before building the engine."""
+    gate, for speed only, keeps the batches whose eager FA2 plan would tile or split
+    differently (at least ~34 requests on an H200). Call before building the engine."""
     from minisgl_worker.engine import mixed
 
     monkeypatch.setattr(mixed, "min_requests", lambda num_sms, num_kv_heads: 1)
-    monkeypatch.setattr(mixed, "query_rows", lambda group: 1 << 30)
+    monkeypatch.setattr(mixed, "QUERY_TILE", 1 << 30)

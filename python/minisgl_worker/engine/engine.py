@@ -74,14 +74,8 @@ class Engine:
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
         mixed = piece_sizes(config.resolve_graph_mixed_tokens(graph_tokens))
-        # Their attention is the decode graphs' Triton kernel: GQA layouts (the ones it was
-        # measured with) and the head dims it takes.
-        if bucket_sizes and tensor_core_decode(cfg.num_heads, cfg.num_kv_heads):
-            from ..attention.triton_decode import supports  # imports triton: CUDA only
-
-            mixed = mixed if supports(cfg.head_dim) else []
-        else:
-            mixed = []
+        if not bucket_sizes or not tensor_core_decode(cfg.num_heads, cfg.num_kv_heads):
+            mixed = []  # they run FA2's tensor-core kernel (mixed_graph.py)
         num_pages = self._num_pages(graph_bs, bucket_sizes + mixed)
         self.kv_pool = MHAKVPool(
             cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads, cfg.head_dim,

@@ -5,20 +5,21 @@ decode), up to EngineConfig.cuda_graph_mixed_tokens (256 by default).
 The piecewise graphs (piecewise.py) run such a step's attention eagerly between the pieces
 of every layer: on the H200 that cost ~0.1-0.45 ms a step of GPU gaps over a decode graph,
 and Qwen3-0.6B's mixed steps were host-bound (benches/RESULTS.md). Here the attention is
-captured too (attention/mixed_graph.py: the decode graphs' Triton kernel, with each prompt
-chunk cut into causal segments of its 16-row tile), so such a step costs the host what a
-decode step does: one plan, one replay.
+captured too (attention/mixed_graph.py: the same FA2 kernel that the piecewise graphs' plan
+runs, with a plan a graph can replay), so such a step costs the host what a decode step
+does: one plan, one replay.
 
-The graphs take the steps that are mostly decodes (`can_run`): a long chunk cut into 16-row
-segments re-reads its prefix once a segment, where the piecewise graphs' FA2/FA3 plan tiles
-it larger, and with few requests one unsplit program per (segment, KV head) leaves the GPU
-idle.
+The first version (5303cbe) ran the decode rows on the whole-KV Triton kernel and the
+chunks on FA2 in graph mode, which split and merged: Llama-3.1-8B's capped steps took 12.9
+ms on the GPU against the piecewise graphs' 12.3 (kernel traces, RESULTS.md, "Tenth
+session"). This one runs what the piecewise graphs run, so it takes only the batches whose
+eager plan it matches (`can_run`).
 
 One graph per multiple of 16 rows (piecewise.py's buckets); a step of T tokens replays the
 smallest size >= T (at most 15 padding rows, which read token 0 at position 0 and write
-their KV into the pool's dummy slot). All sizes read one set of static inputs, and their
-memory pool is the piecewise graphs': a replay's tensors are dead once its hidden states are
-read, which the LM head does next, before any other graph replays."""
+their KV into the pool's dummy slot). All sizes read one set of static inputs, and their memory pool is
+the piecewise graphs': a replay's tensors are dead once its hidden states are read, which
+the LM head does next, before any other graph replays."""
 
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ import time
 import torch
 
 from ..attention.flashinfer_backend import FlashInferBackend
-from ..attention.mixed_graph import MixedGraphAttention
-from ..attention.triton_decode import query_rows
+from ..attention.mixed_graph import QUERY_TILE, MixedGraphAttention
 from ..core import Batch, Context
 from ..models import LlamaForCausalLM
 from .piecewise import bucket_for
@@ -39,9 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 def min_requests(num_sms: int, num_kv_heads: int) -> int:
-    """The fewest requests for which the graphs' unsplit programs (one per segment and KV
-    head) fill 2 CTAs a SM: the point from which FA2's eager plan, which the piecewise
-    graphs run, leaves long KV unsplit too (scheduler.cuh, `max_batch_size_if_split`)."""
+    """The fewest requests for which FA2's eager plan leaves long KV unsplit, as the graphs
+    do: it splits while its tiles (at least one a request) fit in 2 CTAs a SM per KV head
+    (scheduler.cuh, `max_batch_size_if_split`)."""
     return 2 * num_sms // num_kv_heads + 1
 
 
@@ -54,8 +54,8 @@ class MixedGraphs:
         assert sizes and sizes == sorted(set(sizes)), sizes
         self.sizes, self.model, self.backend, self.ctx = sizes, model, backend, ctx
         kv, attn = backend.kv_pool, backend.attn
+        assert attn.use_tensor_cores, "a mixed step runs whole on FA2 with tensor-core decode"
         self.group = attn.num_qo_heads // attn.num_kv_heads
-        self.query_tile = query_rows(self.group)
         self.min_requests = min_requests(
             torch.cuda.get_device_properties(device).multi_processor_count, attn.num_kv_heads)
         self.attn = MixedGraphAttention(attn, backend.page_table, sizes, kv.dummy_page,
@@ -68,7 +68,7 @@ class MixedGraphs:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         stream = torch.cuda.Stream(device)
         for size in reversed(self.sizes):
-            # One row a request, every request on the dummy page: every segment slot runs.
+            # One row a request, every request on the dummy page: FA2's tile is fixed here.
             batch = self.inputs.batch(size, [1] * size)
             self.attn.plan(size, [-1] * size, [1] * size, [1] * size)
             ids, pos = batch.input_ids, batch.positions
@@ -88,13 +88,14 @@ class MixedGraphs:
                     (free0 - torch.cuda.mem_get_info(device)[0]) / 2**20)
 
     def can_run(self, batch: Batch) -> bool:
-        """Whether a size holds the batch's tokens and the step is mostly decodes: on average
-        one query tile (tokens x GQA group) a request, and enough requests to fill the GPU
-        unsplit (`min_requests`). Other batches, such as a few long prompt chunks alone,
-        take the piecewise graphs, whose plan tiles chunks larger and splits long KV."""
+        """Whether a size holds the batch's tokens and the graphs' FA2 plan is the one the
+        piecewise graphs' eager plan would make: the 16-row query tile (which that plan
+        picks when the mean request's packed query, tokens x GQA group, is at most 16) and
+        no split of long KV (enough requests; `min_requests`). Other batches, such as a few
+        long prompt chunks alone, take the piecewise graphs, whose plan tiles them larger."""
         n, reqs = batch.num_tokens, batch.size
         return (bucket_for(self.sizes, n) is not None and reqs >= self.min_requests
-                and n * self.group <= self.query_tile * reqs)
+                and n * self.group <= QUERY_TILE * reqs)
 
     def run(self, batch: Batch, logits_indices: torch.Tensor) -> torch.Tensor:
         """Plan the batch's attention, replay its size's graph -> the logits (B, V) of the

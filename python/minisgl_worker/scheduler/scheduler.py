@@ -1,7 +1,7 @@
 """The scheduler: requests in, batches to the engine, tokens out.
 
-Each batch mixes every decoding request (one token each, longest KV first) with prefill
-chunks under the token budget (continuous batching, chunked prefill mixed with decode).
+Each batch mixes every decoding request (one token each) with prefill chunks under the
+token budget (continuous batching, chunked prefill mixed with decode).
 
 Overlap scheduling (on by default on CUDA; MINISGL_DISABLE_OVERLAP=1 turns it off):
 `step()` schedules and launches batch N+1, and only then waits for batch N's tokens and
@@ -150,9 +150,6 @@ class Scheduler:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
         # Skip decodes whose pending token surely ends them (no wasted step for those).
         decodes = [r for r in self.decode.reqs if not self._surely_done(r)]
-        # Longest KV first: the attention kernels start their programs in row order, so the
-        # longest ones do not run alone at the end of each layer's launch.
-        decodes.sort(key=_kv_len, reverse=True)
         locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
@@ -289,10 +286,6 @@ class Scheduler:
             sizes = self.cache.prefix_cache.sizes()
             free = self.allocator.num_free + sizes.evictable_pages
             assert sizes.protected_pages == 0 and free == self.allocator.num_pages
-
-
-def _kv_len(req: Req) -> int:
-    return req.total_len
 
 
 def _first_pending(output_ids: list[int]) -> int:

@@ -33,25 +33,25 @@ def _batch(decode_lens: list[int], chunks: list[int]) -> Batch:
 
 def _takes(batch: Batch, group: int = 4) -> bool:
     """Through the gate of Llama-3.1-8B's layout (8 KV heads) on an H200's 132 SMs."""
-    graphs = SimpleNamespace(sizes=piece_sizes(256), group=group, query_tile=16,
+    graphs = SimpleNamespace(sizes=piece_sizes(256), group=group,
                              min_requests=min_requests(132, 8))
     return MixedGraphs.can_run(graphs, batch)  # type: ignore[arg-type]
 
 
-def test_enough_requests_fill_two_ctas_a_sm_per_kv_head() -> None:
+def test_fa2_leaves_long_kv_unsplit_from_two_ctas_a_sm_per_kv_head() -> None:
     assert min_requests(132, 8) == 34 and min_requests(132, 2) == 133
 
 
 def test_many_decodes_beside_short_chunks_take_the_graphs() -> None:
     assert _takes(_batch([500] * 34, [100]))  # 35 requests, 134 tokens: 15.3 packed rows
     assert _takes(_batch([400, 600] * 40, [60, 40, 30, 20, 5, 5, 5]))  # any chunk count
-    assert _takes(_batch([100] * 60 + [4000] * 4, [100]))  # uneven lengths too
+    assert _takes(_batch([100] * 60 + [4000] * 4, [100]))  # uneven: FA2 leaves it unsplit
     assert _takes(_batch([500] * 160, [96]))  # the capped step: 256 tokens, 161 requests
 
 
-def test_the_piecewise_graphs_keep_long_chunks_and_few_requests() -> None:
-    assert not _takes(_batch([500] * 32, [100]))  # 33 requests: the eager plan splits long KV
-    assert not _takes(_batch([500] * 40, [200]))  # 240 x 4 packed rows > 16 x 41
+def test_the_piecewise_graphs_keep_batches_whose_eager_plan_differs() -> None:
+    assert not _takes(_batch([500] * 32, [100]))  # 33 requests: FA2 may split long KV
+    assert not _takes(_batch([500] * 40, [200]))  # 240 x 4 packed rows > 16 x 41: tile 64
     assert _takes(_batch([500] * 40, [200]), group=2)  # Qwen3's group: 480 <= 656
-    assert not _takes(_batch([], [100, 20]))  # prompt chunks alone
+    assert not _takes(_batch([], [100, 20]))  # prompt chunks alone: the eager plan tiles 128
     assert not _takes(_batch([500] * 200, [100]))  # 300 tokens: no size

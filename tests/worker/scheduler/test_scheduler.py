@@ -107,31 +107,6 @@ def test_new_requests_join_while_others_decode(make_scheduler: Any) -> None:
     assert [o.rid for o in first] == [0, 0]
 
 
-def test_decodes_run_longest_kv_first_and_before_prompt_chunks(make_scheduler: Any) -> None:
-    ref = run(make_scheduler(), [Generate(i, p, GREEDY) for i, p in enumerate(PROMPTS)])
-    # Shortest prompt first in the queue; 6 prompt tokens a step beside the decodes, so
-    # later arrivals start with longer prompts beside shorter ones decoding.
-    sched = make_scheduler(chunk_size=16, mixed_chunk_size=6)
-    for rid in sorted(range(len(PROMPTS)), key=lambda i: len(PROMPTS[i])):
-        assert sched.add_request(Generate(rid, PROMPTS[rid], GREEDY)) is None
-    outs: dict[int, list[int]] = {}
-    mixed_steps = 0
-    while sched.has_work:
-        batch = sched.schedule()
-        assert batch is not None
-        decodes = [r for r in batch.reqs if r in sched.decode.reqs]
-        kv = [r.device_len for r in decodes]
-        assert kv == sorted(kv, reverse=True), kv
-        assert batch.reqs[: len(decodes)] == decodes  # prompt chunks come after them
-        mixed_steps += bool(decodes) and len(decodes) < batch.size
-        for o in sched.process_results(batch, sched.launch(batch)):
-            outs.setdefault(o.rid, []).append(o.token)
-        sched.check_invariants()
-    assert mixed_steps >= 2  # the order was checked with chunks beside the decodes
-    assert outs == {r: tokens(o) for r, o in ref.items()}
-    assert_all_free(sched)
-
-
 @pytest.mark.parametrize("policy", ["fcfs", "lof"])
 def test_the_policy_orders_admission(make_scheduler: Any, policy: str) -> None:
     sched = make_scheduler(max_running=2, policy=policy)
