@@ -78,8 +78,7 @@ def model(shape: Shape, budget: StepBudget) -> Modelled:
     waiting: deque[Req] = deque()
     for i, (ids, out) in enumerate(zip(prompts, outputs)):
         budget.enqueue(waiting, Req(i, ids, SamplingParams(max_new_tokens=out)))
-    prefill_done = {id(r): 0 for r in waiting}
-    prefilling: list[Req] = []
+    prefilling: list[Req] = []  # prompt progress in each one's cached_len
     decoding: list[tuple[Req, int]] = []  # (request, tokens generated)
     total_ms, steps, low = 0.0, 0, 0
     while waiting or prefilling or decoding:
@@ -91,11 +90,11 @@ def model(shape: Shape, budget: StepBudget) -> Modelled:
             if req in waiting:
                 waiting.remove(req)
                 prefilling.append(req)
-            take = min(len(req.input_ids) - prefill_done[id(req)], room)
-            prefill_done[id(req)] += take
+            take = min(len(req.input_ids) - req.cached_len, room)
+            req.cached_len += take
             room -= take
             chunks += take
-            if prefill_done[id(req)] == len(req.input_ids):
+            if req.cached_len == len(req.input_ids):
                 finished.append(req)
         kv = sum(len(r.input_ids) + n for r, n in decoding)
         tokens = len(decoding) + chunks
