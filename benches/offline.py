@@ -33,6 +33,13 @@ def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParam
                      for m in output_lens]
 
 
+def step_budget(config: str, chunk_size: int) -> StepBudget:
+    """A --configs entry, POLICY:MIXED_CHUNK[:STEP_TOKENS] (e.g. lof:8192:256), as the
+    scheduler's StepBudget."""
+    policy, mixed, *steps = config.split(":")
+    return StepBudget(chunk_size, policy, int(mixed), int(steps[0]) if steps else None)
+
+
 def mixed_graph_option(tokens: int | None) -> dict[str, int]:
     """LLM(...)'s option for --mixed-graph-tokens (None: the engine's default)."""
     return {} if tokens is None else {"cuda_graph_mixed_tokens": tokens}
@@ -102,9 +109,7 @@ def main() -> None:
         config, _, variant = config.partition("/")
         assert variant in ("", "piecewise"), f"unknown variant /{variant}"
         if config:
-            policy, mixed, *steps = config.split(":")
-            sched.budget = StepBudget(sched.budget.chunk_size, policy, int(mixed),
-                                      int(steps[0]) if steps else None)
+            sched.budget = step_budget(config, sched.budget.chunk_size)
         llm.engine.mixed = None if variant else mixed_graphs
         b = sched.budget
         label = f"{b.policy}:{b.mixed_chunk_size}" + (

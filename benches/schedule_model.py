@@ -34,6 +34,7 @@ from minisgl_worker.protocol import SamplingParams
 from minisgl_worker.scheduler.budget import StepBudget
 
 sys.path.insert(0, str(Path(__file__).parent))
+from offline import step_budget
 from workload import draw
 
 GEMM_M = [1, 8, 32, 64, 128, 160, 192, 200, 224, 232, 256]
@@ -84,7 +85,7 @@ def model(shape: Shape, budget: StepBudget) -> Modelled:
     while waiting or prefilling or decoding:
         room = budget.prompt_tokens(len(decoding))
         chunks, finished = 0, []
-        for req in [*prefilling, *list(waiting)]:
+        for req in [*prefilling, *waiting]:
             if room <= 0:
                 break
             if req in waiting:
@@ -117,9 +118,7 @@ def main() -> None:
     print("| shape | setting | modelled s | steps | steps under 180 tokens |")
     print("| --- | --- | ---: | ---: | ---: |")
     for config in args.configs.split(","):
-        policy, mixed, *cap = config.split(":")
-        budget = StepBudget(8192, policy, int(mixed), int(cap[0]) if cap else None)
-        m = model(SHAPES[args.shape], budget)
+        m = model(SHAPES[args.shape], step_budget(config, 8192))
         print(f"| {args.shape} | {config} | {m.seconds:.2f} | {m.steps} | {m.weight_bound_steps} |")
 
 
