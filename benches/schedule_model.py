@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -74,17 +75,24 @@ class Modelled(NamedTuple):
     weight_bound_steps: int  # fewer than 180 tokens: the GEMMs read weights for few rows
 
 
-def model(shape: Shape, budget: StepBudget) -> Modelled:
+class Step(NamedTuple):
+    decode_kv: list[int]  # each decode's KV tokens, its new one included
+    chunks: list[tuple[int, int]]  # each prompt chunk's (tokens before it, its tokens)
+    samples: bool  # whether a row samples (a decode, or a prompt's last chunk)
+
+
+def schedule(budget: StepBudget) -> Iterator[Step]:
+    """The workload's steps through `budget`, in order (decodes first, as the scheduler
+    batches them; benches/mixed_attention.py replays their attention)."""
     prompts, outputs = draw()
     waiting: deque[Req] = deque()
     for i, (ids, out) in enumerate(zip(prompts, outputs)):
         budget.enqueue(waiting, Req(i, ids, SamplingParams(max_new_tokens=out)))
     prefilling: list[Req] = []  # prompt progress in each one's cached_len
     decoding: list[tuple[Req, int]] = []  # (request, tokens generated)
-    total_ms, steps, low = 0.0, 0, 0
     while waiting or prefilling or decoding:
         room = budget.prompt_tokens(len(decoding))
-        chunks, finished = 0, []
+        chunks, finished = [], []
         for req in [*prefilling, *waiting]:
             if room <= 0:
                 break
@@ -92,20 +100,26 @@ def model(shape: Shape, budget: StepBudget) -> Modelled:
                 waiting.remove(req)
                 prefilling.append(req)
             take = min(len(req.input_ids) - req.cached_len, room)
+            chunks.append((req.cached_len, take))
             req.cached_len += take
             room -= take
-            chunks += take
             if req.cached_len == len(req.input_ids):
                 finished.append(req)
-        kv = sum(len(r.input_ids) + n for r, n in decoding)
-        tokens = len(decoding) + chunks
-        total_ms += step_ms(shape, tokens, kv, bool(decoding or finished))
-        steps, low = steps + 1, low + (tokens < 180)
+        yield Step([len(r.input_ids) + n for r, n in decoding], chunks,
+                   bool(decoding or finished))
         decoding = [(r, n + 1) for r, n in decoding if n + 1 < r.sampling.max_new_tokens]
         for req in finished:  # its prefill step sampled its first token
             prefilling.remove(req)
             if req.sampling.max_new_tokens > 1:
                 decoding.append((req, 1))
+
+
+def model(shape: Shape, budget: StepBudget) -> Modelled:
+    total_ms, steps, low = 0.0, 0, 0
+    for step in schedule(budget):
+        tokens = len(step.decode_kv) + sum(n for _, n in step.chunks)
+        total_ms += step_ms(shape, tokens, sum(step.decode_kv), step.samples)
+        steps, low = steps + 1, low + (tokens < 180)
     return Modelled(total_ms / 1e3, steps, low)
 
 
