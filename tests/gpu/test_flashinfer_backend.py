@@ -175,16 +175,6 @@ def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
         assert rel_err(replayed, attn.run(q, k_cache, v_cache)) < 5e-3
 
 
-def test_whole_kv_kernel_fused_with_rope_and_store() -> None:
-    """Compiled, in bf16: the whole-KV kernel given the new tokens (triton_decode.NewTokens)
-    rotates q and k, stores k and v and reads them back in its pipelined loop; same caches
-    and output as the RoPE + KV store kernel and then the plain kernel (the interpreter's
-    run of the same check is tests/worker/attention/test_triton_decode.py)."""
-    from ..worker.attention.test_triton_decode import check_fused
-
-    check_fused("cuda", BF16)
-
-
 def _engine_batch(pool: MHAKVPool, page_table: torch.Tensor, cached: list[int],
                   extend: list[int]) -> Batch:
     """Requests in page-table rows 0.. with `cached` tokens in the pool, extending by

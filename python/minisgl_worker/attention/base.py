@@ -53,18 +53,14 @@ def rope_and_store(kv_pool: MHAKVPool, layer_id: int, out_loc: torch.Tensor, q: 
     if rope is None or cos_sin is None:
         assert q_out is None, "q_out needs the fused RoPE kernel (CUDA, bf16/fp16)"
         return _rope_and_store_torch(kv_pool, layer_id, out_loc, q, k, v, rope)
-    kv_pool.rope_store(layer_id, out_loc, rope.positions, cos_sin, q, k, v,
-                       qk_norm_weights(rope), q_out)
+    _, positions, qk_norm = rope
+    norm = None
+    if qk_norm is not None:
+        q_norm, k_norm = qk_norm
+        assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
+        norm = (q_norm.weight, k_norm.weight, q_norm.eps)
+    kv_pool.rope_store(layer_id, out_loc, positions, cos_sin, q, k, v, norm, q_out)
     return q if q_out is None else q_out
-
-
-def qk_norm_weights(rope: Rope) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """The fused kernels' form of `rope.qk_norm`: (q weight, k weight, eps), or None."""
-    if rope.qk_norm is None:
-        return None
-    q_norm, k_norm = rope.qk_norm
-    assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
-    return q_norm.weight, k_norm.weight, q_norm.eps
 
 
 def _rope_and_store_torch(kv_pool: MHAKVPool, layer_id: int, out_loc: torch.Tensor,

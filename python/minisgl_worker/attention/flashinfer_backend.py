@@ -16,7 +16,7 @@ import torch
 from ..core import Batch, get_global_ctx
 from ..kvcache import MHAKVPool
 from ..transfer import to_device
-from .base import BaseAttnBackend, Rope, qk_norm_weights, rope_and_store
+from .base import BaseAttnBackend, Rope, rope_and_store
 from .flashinfer_kernels import FlashInferPagedAttention, PrefillBackend
 
 if TYPE_CHECKING:
@@ -96,8 +96,7 @@ def _indptr(lens: Sequence[int]) -> torch.Tensor:
 
 
 class FlashInferBackend(BaseAttnBackend):
-    """The engine's plug: `prepare_metadata` plans, `forward` stores k/v then attends (in
-    a whole-KV decode graph, one kernel does both: triton_decode.NewTokens)."""
+    """The engine's plug: `prepare_metadata` plans, `forward` stores k/v then attends."""
 
     def __init__(
         self, kv_pool: MHAKVPool, page_table: torch.Tensor, scale: float, num_qo_heads: int,
@@ -153,15 +152,7 @@ class FlashInferBackend(BaseAttnBackend):
             rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope,
                            cut.q_out(q.shape[0]))
             return cut.cut(layer_id, q.shape[0])
-        caches = self.kv_pool.k[layer_id], self.kv_pool.v[layer_id]
-        whole_kv = self.attn.whole_kv_planned()
-        if whole_kv is not None and rope is not None and rope.rotary.cos_sin is not None:
-            from .triton_decode import NewTokens  # a whole-KV decode graph: one kernel
-
-            new = NewTokens(k, v, batch.out_loc, rope.positions, rope.rotary.cos_sin,
-                            qk_norm_weights(rope))
-            return whole_kv.run(q, caches, new=new)
         q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         # q may be a strided view of the fused qkv output (in-place RoPE): FlashInfer's
         # kernels take its row and head strides, so it is not copied.
-        return self.attn.run(q, *caches)
+        return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])

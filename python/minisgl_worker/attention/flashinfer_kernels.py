@@ -248,15 +248,6 @@ class FlashInferPagedAttention:
     def has_whole_kv_graph(self, batch_size: int) -> bool:
         return batch_size in self._whole_kv
 
-    def whole_kv_planned(self) -> WholeKVDecode | None:
-        """The whole-KV kernel when the last plan was a whole-KV graph's, else None (its
-        `run` can also rotate and store the new tokens: triton_decode.NewTokens)."""
-        if not self._whole_kv:
-            return None
-        from .triton_decode import WholeKVDecode
-
-        return self._active if isinstance(self._active, WholeKVDecode) else None
-
     def plan_cuda_graph(
         self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
         split_kv: bool = True,

@@ -14,14 +14,11 @@ split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from ..kvcache.store import norm_rope
 from ..pdl import launches_pdl
 from ..transfer import to_device
 
@@ -95,57 +92,19 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
 
 
 @triton.jit
-def rope_and_store_new(q_ptr, k_ptr, v_ptr, q_stride_t, kv_stride_t, k_cache_ptr, v_cache_ptr,
-                       loc_ptr, pos_ptr, cos_sin_ptr, q_norm_ptr, k_norm_ptr, eps, b, h,
-                       HKV: tl.constexpr, GROUP: tl.constexpr, GP: tl.constexpr,
-                       D: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr):
-    """What the RoPE + KV store kernel (kvcache/store.py) does for request b's new token, for
-    KV head h and its query group: k rotated (RMS-normalized first when NORM) into the cache
-    slot, v copied there, and -> the group's rotated queries (GP, D), rows past GROUP 0."""
-    slot = tl.load(loc_ptr + b).to(tl.int64)
-    pos = tl.load(pos_ptr + b).to(tl.int64)
-    half = tl.arange(0, D // 2)[None, :]
-    cos = tl.load(cos_sin_ptr + pos * D + half)
-    sin = tl.load(cos_sin_ptr + pos * D + D // 2 + half)
-    if PDL:  # the slots, positions and cos/sin were ready before the step; q, k and v come
-        tl.extra.cuda.gdc_wait()  # from the previous kernel (the qkv projection)
-    g = tl.arange(0, GP)[:, None]
-    q_lo = q_ptr + b * q_stride_t + (h * GROUP + g) * D + half
-    q1, q2 = norm_rope(q_lo, q_norm_ptr, cos, sin, eps, g < GROUP, D, NORM)
-    k_lo = k_ptr + b * kv_stride_t + h * D + half
-    k1, k2 = norm_rope(k_lo, k_norm_ptr, cos, sin, eps, half < D // 2, D, NORM)
-    dst = (slot * HKV + h) * D + half
-    dt = k_cache_ptr.dtype.element_ty
-    tl.store(k_cache_ptr + dst, k1.to(dt))
-    tl.store(k_cache_ptr + dst + D // 2, k2.to(dt))
-    d = tl.arange(0, D)
-    tl.store(v_cache_ptr + (slot * HKV + h) * D + d, tl.load(v_ptr + b * kv_stride_t + h * D + d))
-    tl.debug_barrier()  # the attention loop reads the slot back: visible to every thread
-    q = tl.join(q1.to(q_ptr.dtype.element_ty), q2.to(q_ptr.dtype.element_ty))  # (GP, D/2, 2)
-    return tl.reshape(tl.permute(q, (0, 2, 1)), (GP, D))  # the halves side by side
-
-
-@triton.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2,
-                   q_stride_t, q_stride_h, bs, k_new_ptr, v_new_ptr, kv_new_stride_t, loc_ptr,
-                   pos_ptr, cos_sin_ptr, q_norm_ptr, k_norm_ptr, eps, HKV: tl.constexpr,
+                   q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
-                   ROPE: tl.constexpr, NORM: tl.constexpr):
+                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
     # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
     b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
     h = tl.program_id(1)
     first_page = tl.load(meta_ptr + b)
     num_pages = tl.load(meta_ptr + b + 1) - first_page
     kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
-    if ROPE:  # q, k, v as the projection left them: rotate, store k and v, then attend
-        q = rope_and_store_new(q_ptr, k_new_ptr, v_new_ptr, q_stride_t, kv_new_stride_t,
-                               k_ptr, v_ptr, loc_ptr, pos_ptr, cos_sin_ptr, q_norm_ptr,
-                               k_norm_ptr, eps, b, h, HKV, GROUP, GP, D, NORM, PDL)
-    else:
-        if PDL:  # the plan was ready before the step; q and the new k, v come from the
-            tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
-        q, _, _ = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
+    if PDL:  # the plan was ready before the step; q and the new k, v come from the
+        tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
+    q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
     d = tl.arange(0, D)
     m_i, l_i, acc = softmax_init(GP, D)
     for t0 in range(0, kv_len, BLOCK_T):
@@ -153,23 +112,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
         valid = t < kv_len
         k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
         m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
-    g = tl.arange(0, GP)
-    store_output(out_ptr, acc, l_i, b, h * GROUP + g, g < GROUP, HKV * GROUP, D)
-
-
-class NewTokens(NamedTuple):
-    """A decode step's new k and v, each (bs, Hkv, D) as the qkv projection left them (each
-    token's heads contiguous), and what rotates them. Given these, the kernel does the RoPE
-    + KV store kernel's work itself (kvcache/store.py: q and k RMS-normalized when
-    `qk_norm`, then rotated; k and v stored at `out_loc`) before it attends: one launch a
-    layer fewer."""
-
-    k: torch.Tensor
-    v: torch.Tensor
-    out_loc: torch.Tensor  # (bs,) the new tokens' KV slots
-    positions: torch.Tensor  # (bs,)
-    cos_sin: torch.Tensor  # (max positions, D) float32, cos | sin (layers/cuda_ops.py)
-    qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None  # q, k weights; eps
+    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def supports(head_dim: int) -> bool:
@@ -203,11 +146,10 @@ class WholeKVDecode:
         self._meta.copy_(to_device(meta, self._meta.device, torch.int32))
 
     def run(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-            out: torch.Tensor | None = None, new: NewTokens | None = None) -> torch.Tensor:
+            out: torch.Tensor | None = None) -> torch.Tensor:
         """q (bs, Hq, D), rows and heads strided as given (the last dim contiguous); kv_cache
         one layer's k and v, each (pages, page_size, Hkv, D) -> out (bs, Hq, D), contiguous.
-        (FlashInfer's wrappers' signature.) With `new`, q and the new k, v are as the qkv
-        projection left them: the kernel rotates them and stores k, v first (NewTokens)."""
+        (FlashInfer's wrappers' signature.)"""
         k_cache, v_cache = kv_cache
         assert q.shape == (self.bs, self.hq, self.d) and q.stride(2) == 1, q.shape
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
@@ -217,24 +159,8 @@ class WholeKVDecode:
         group, pdl = self.hq // self.hkv, launches_pdl(q.device)
         _decode_kernel[(self.bs, self.hkv)](
             q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2,
-            q.stride(0), q.stride(1), self.bs, *self._new_args(q, new), HKV=self.hkv,
-            GROUP=group, GP=max(16, triton.next_power_of_2(group)), D=self.d,
-            PAGE=self.page_size, BLOCK_T=BLOCK_T, PDL=pdl, ROPE=new is not None,
-            NORM=new is not None and new.qk_norm is not None, num_warps=NUM_WARPS,
-            num_stages=NUM_STAGES, **({"launch_pdl": True} if pdl else {}))
+            q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
+            GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
+            BLOCK_T=BLOCK_T, PDL=pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+            **({"launch_pdl": True} if pdl else {}))
         return out
-
-    def _new_args(self, q: torch.Tensor, new: NewTokens | None) -> tuple:
-        """The kernel's arguments for the new tokens (q's and the plan's buffers in their
-        place when there are none: the kernel does not read them then)."""
-        if new is None:
-            return q, q, 0, self._meta, self._meta, q, q, q, 0.0
-        shape = (self.bs, self.hkv, self.d)
-        assert q.stride(1) == self.d, "the fused RoPE takes each token's q heads contiguous"
-        assert new.k.shape == new.v.shape == shape and new.k.stride() == new.v.stride()
-        assert new.k.stride()[1:] == (self.d, 1), new.k.stride()
-        assert new.out_loc.shape == new.positions.shape == (self.bs,)
-        assert new.cos_sin.shape[1] == self.d and new.cos_sin.dtype == torch.float32
-        q_w, k_w, eps = new.qk_norm if new.qk_norm is not None else (q, q, 0.0)
-        return (new.k, new.v, new.k.stride(0), new.out_loc, new.positions, new.cos_sin,
-                q_w, k_w, eps)

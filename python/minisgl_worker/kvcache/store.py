@@ -41,10 +41,9 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k:
 
 
 @triton.jit
-def norm_rope(x_lo, w_ptr, cos, sin, eps, mask, D: tl.constexpr, NORM: tl.constexpr):
+def _norm_rope(x_lo, w_ptr, cos, sin, eps, mask, D: tl.constexpr, NORM: tl.constexpr):
     """Rows of heads at x_lo (first halves; second halves at + D/2) -> the two rotated
-    halves in float32, each head RMS-normalized by weight w first when NORM. (Also the
-    decode kernel's, attention/triton_decode.py, which rotates q and k itself.)"""
+    halves in float32, each head RMS-normalized by weight w first when NORM."""
     half = tl.arange(0, D // 2)[None, :]
     x1 = tl.load(x_lo, mask=mask).to(tl.float32)
     x2 = tl.load(x_lo + D // 2, mask=mask).to(tl.float32)
@@ -75,14 +74,14 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_out_ptr, q_stride, k_stride, v_str
     # head pair up)
     hq = tl.arange(0, HQ_P2)[:, None]
     q_lo = q_ptr + t * q_stride + hq * D + half[None, :]
-    q1, q2 = norm_rope(q_lo, q_norm_ptr, cos, sin, eps, hq < HQ, D, NORM)
+    q1, q2 = _norm_rope(q_lo, q_norm_ptr, cos, sin, eps, hq < HQ, D, NORM)
     dst_q = q_out_ptr + t * q_out_stride + hq * D + half[None, :]
     tl.store(dst_q, q1.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
     tl.store(dst_q + D // 2, q2.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
     # k: rotated into the cache slot; v: copied
     hk = tl.arange(0, HKV_P2)[:, None]
     k_lo = k_ptr + t * k_stride + hk * D + half[None, :]
-    k1, k2 = norm_rope(k_lo, k_norm_ptr, cos, sin, eps, hk < HKV, D, NORM)
+    k1, k2 = _norm_rope(k_lo, k_norm_ptr, cos, sin, eps, hk < HKV, D, NORM)
     dst = k_cache_ptr + slot * HKV * D + hk * D + half[None, :]
     tl.store(dst, k1.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
     tl.store(dst + D // 2, k2.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
