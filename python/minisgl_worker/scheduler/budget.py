@@ -11,9 +11,10 @@ at N tokens, decodes included, once N // 4 or more requests decode (prompts stil
 least N // 8 tokens a step, however many decode): prompt chunks then fill the rows that a decode
 step's weight-bound GEMMs leave idle, where a prompt token costs about half what it costs
 in a full chunk, while a step with fewer decodes still prefills a whole chunk. On the H200
-offline workload (benches/RESULTS.md), lof with 256 saves ~5% on Llama-3.1-8B; on
-Qwen3-0.6B, whose GEMMs are latency-bound and whose mixed steps (piecewise CUDA graphs) are
-host-bound, it runs slower. So neither setting is the default."""
+offline workload (benches/RESULTS.md), lof with 256 saves 5-6% on Llama-3.1-8B; on
+Qwen3-0.6B, whose GEMMs are latency-bound, it gains nothing. And beside many decodes it
+holds a long prompt to 32-192 tokens a step, a slow first token when serving online. So
+neither setting is the default."""
 
 from __future__ import annotations
 
