@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +35,9 @@ from ..core import Batch, Context
 from ..models import LlamaForCausalLM
 from .piecewise import bucket_for
 from .static_inputs import StaticInputs
+
+if TYPE_CHECKING:  # what torch.cuda.graph_pool_handle() returns (torch names it privately)
+    from torch.cuda import _POOL_HANDLE
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +51,7 @@ def min_requests(num_sms: int, num_kv_heads: int) -> int:
 
 class MixedGraphs:
     def __init__(self, model: LlamaForCausalLM, backend: FlashInferBackend, ctx: Context,
-                 sizes: list[int], max_pages_per_req: int, pool: object,
+                 sizes: list[int], max_pages_per_req: int, pool: _POOL_HANDLE,
                  device: torch.device) -> None:
         """sizes: ascending multiples of 16 (`piece_sizes`); pool: the CUDA-graph memory pool
         to share."""
@@ -64,7 +68,7 @@ class MixedGraphs:
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._capture(pool, device)
 
-    def _capture(self, pool: object, device: torch.device) -> None:
+    def _capture(self, pool: _POOL_HANDLE, device: torch.device) -> None:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         stream = torch.cuda.Stream(device)
         for size in reversed(self.sizes):
