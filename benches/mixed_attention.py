@@ -34,8 +34,10 @@ from minisgl_worker.attention.mixed_graph import MixedGraphAttention
 from minisgl_worker.attention.triton_decode import WholeKVDecode
 
 sys.path.insert(0, str(Path(__file__).parent))
+from decode_step import median_ms
 from offline import step_budget
 from schedule_model import schedule
+from stream_overlap import capture
 
 DEV, BF16, PAGE, ROWS = torch.device("cuda"), torch.bfloat16, 16, 256
 LAYOUTS = {"qwen3-0.6b": (16, 8, 128), "llama-3.1-8b": (32, 8, 128)}
@@ -68,22 +70,10 @@ class Step:
 
 
 def graph_time(fn, replays: int = 50, trials: int = 5) -> float:
-    """Median us of one call of fn, captured in a CUDA graph and replayed back to back."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(trials):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / replays)
-    return sorted(times)[len(times) // 2]
+    """Median us of one call of fn, captured in a CUDA graph and replayed back to back
+    (`trials` timings of `replays` replays each)."""
+    g = capture(fn)
+    return median_ms(lambda: [g.replay() for _ in range(replays)], trials) * 1e3 / replays
 
 
 def bench_step(step: Step, hq: int, hkv: int, d: int) -> dict[str, float]:
