@@ -16,10 +16,12 @@ from .paged import LAYOUTS, prefill_backends
 def _flashinfer_jit() -> None:
     from minisgl_worker.attention.flashinfer_jit import build_jit
     from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
-    from minisgl_worker.layers import cuda_ops
+    from minisgl_worker.layers import cuda_ops, gemm
 
     device = torch.device("cuda")
     specs = cuda_ops.jit_specs()
+    if gemm.supported(device, torch.bfloat16):
+        specs.append(gemm.jit_spec())
     for hq, hkv, d in LAYOUTS.values():
         for backend in prefill_backends(d):
             attn = FlashInferPagedAttention(hq, hkv, d, 16, torch.bfloat16, device,

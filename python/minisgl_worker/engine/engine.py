@@ -3,8 +3,9 @@ CUDA graphs and sampler. `forward_batch` runs one batch and returns its sampled 
 without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns the rest.
 
 On CUDA with FlashInfer (the default there) the model runs FlashInfer's fused RMSNorm,
-RoPE and SiLU-and-mul, every FlashInfer module it needs is compiled in one parallel build at
-start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
+RoPE and SiLU-and-mul, on Hopper in bf16 its small-batch GEMMs run cuBLAS or CUTLASS
+(layers/gemm.py, tuned at start), every JIT module it needs is compiled in one parallel
+build at start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
 and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
 fills the prefill budget), replay piecewise graphs with their attention between the pieces
 (piecewise.py), except mixed batches of up to `cuda_graph_mixed_tokens` tokens with enough
@@ -24,10 +25,11 @@ from ..attention.base import BaseAttnBackend
 from ..attention.flashinfer_kernels import tensor_core_decode
 from ..core import Batch, Context, clear_global_ctx, set_global_ctx
 from ..kvcache import MHAKVPool
+from ..layers import ColumnParallelLinear, RowParallelLinear, gemm
 from ..models import ModelConfig, create_model
 from ..transfer import to_device
 from .config import EngineConfig
-from .graph import GraphRunner
+from .graph import GraphRunner, graph_batch_sizes
 from .memory import plan_kv_memory
 from .mixed import MixedGraphs
 from .piecewise import PiecewiseGraphs, piece_sizes
@@ -64,12 +66,15 @@ class Engine:
             config.model_path, cfg, self.dtype, self.device, config.load_format
         )
         fused = self.backend_name == "flashinfer" and self.dtype != torch.float32
-        if fused:
-            self.model.use_fused_ops()
-            self._build_jit()
         graph_bs = config.resolve_graph_max_bs(self.device, self.max_running)
         if self.backend_name != "flashinfer":
             graph_bs = 0
+        tuned_gemm = fused and graph_bs > 0 and gemm.supported(self.device, self.dtype)
+        if fused:
+            self.model.use_fused_ops()
+            self._build_jit([gemm.jit_spec()] if tuned_gemm else [])
+        if tuned_gemm:
+            self._tune_gemms(graph_batch_sizes(graph_bs))
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
@@ -133,9 +138,10 @@ class Engine:
             self.mixed = MixedGraphs(self.model, backend, self.ctx, mixed, max_pages,
                                      self.pieces.pool, self.device)
 
-    def _build_jit(self) -> None:
-        """Compile every FlashInfer module this engine uses in one parallel ninja run
-        (restored AOT modules are skipped), before any first use compiles them one by one."""
+    def _build_jit(self, extra: list) -> None:
+        """Compile every FlashInfer module this engine uses, and `extra` JIT specs, in one
+        parallel ninja run (restored AOT modules are skipped), before any first use compiles
+        them one by one."""
         import time
 
         from ..attention.flashinfer_jit import build_jit
@@ -145,9 +151,21 @@ class Engine:
         cfg, t0 = self.model_config, time.perf_counter()
         attn = FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                                         self.page_size, self.dtype, self.device)
-        build_jit(attn.jit_specs() + cuda_ops.jit_specs())
+        build_jit(attn.jit_specs() + cuda_ops.jit_specs() + extra)
         del attn
         logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
+
+    @torch.inference_mode()
+    def _tune_gemms(self, sizes: list[int]) -> None:
+        """Hopper, bf16: every bias-free linear runs its matmul by cuBLAS or by CUTLASS with
+        PDL, whichever `gemm.Sm90Gemm.tune` measures faster at each decode graph's size."""
+        linears = [m for m in self.model.modules()
+                   if isinstance(m, (ColumnParallelLinear, RowParallelLinear)) and m.bias is None]
+        tuned = gemm.Sm90Gemm.tune(gemm.jit_spec().build_and_load(),
+                                   (m.weight for m in linears), sizes)
+        for m in linears:
+            m.gemm = tuned
+        torch.cuda.empty_cache()  # the tuning graphs' pools, before the memory plan
 
     def _num_pages(self, graph_bs: int, graph_sizes: list[int]) -> int:
         cfg, ps = self.model_config, self.page_size

@@ -1,9 +1,12 @@
 """Column/row-parallel linears. A column-parallel layer holds `out / tp` rows of the full
 weight, a row-parallel one `in / tp` columns and all-reduces its output (a no-op at tp=1).
 Weights are loaded through `load(name_shard, tensor)` which does the TP slicing, so the
-model file never sees tensor parallelism."""
+model file never sees tensor parallelism. A bias-free layer runs its matmul through `gemm`
+when the engine sets one (gemm.py's tuned choice of cuBLAS or CUTLASS on Hopper)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +27,11 @@ class ColumnParallelLinear(nn.Module):
         self.out_local = _split(out_features, tp.size, "out_features")
         self.weight = nn.Parameter(torch.empty(self.out_local, in_features))
         self.bias = nn.Parameter(torch.empty(self.out_local)) if bias else None
+        self.gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gemm is not None and self.bias is None:
+            return self.gemm(x, self.weight)
         return F.linear(x, self.weight, self.bias)
 
     def _copy_rows(self, param: nn.Parameter, start: int, full: torch.Tensor) -> None:
@@ -77,9 +83,10 @@ class RowParallelLinear(nn.Module):
         self.in_local = _split(in_features, tp.size, "in_features")
         self.weight = nn.Parameter(torch.empty(out_features, self.in_local))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x, self.weight)
+        out = F.linear(x, self.weight) if self.gemm is None else self.gemm(x, self.weight)
         # tp > 1: all-reduce `out` here (distributed/communicator, a later issue).
         assert get_tp_info().size == 1, "tensor parallelism is not wired yet"
         return out if self.bias is None else out + self.bias
