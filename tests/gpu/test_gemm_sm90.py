@@ -95,3 +95,12 @@ def test_gemms_slower_than_the_launch_bound_stay_on_cublas() -> None:
     gate_up = _weights(28672, 4096, 2)  # Llama-3.1-8B's: ~60 us in cuBLAS
     tuned = gemm.Sm90Gemm.tune(_module(), gate_up, [8, 128])
     assert tuned.table[28672, 4096] == ([8, 128], [None, None])
+
+
+@needs_sm90
+def test_shapes_without_16_byte_rows_stay_on_cublas() -> None:
+    (w,) = _weights(1000, 1020)  # K = 1020: rows of 2,040 bytes, which TMA cannot load
+    tuned = gemm.Sm90Gemm.tune(_module(), [w], [8])
+    assert tuned.table == {}
+    x = torch.randn(8, 1020, device=DEV, dtype=BF16)
+    assert rel_err(tuned(x, w), F.linear(x, w)) < TOL

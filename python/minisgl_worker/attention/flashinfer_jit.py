@@ -4,12 +4,15 @@ lazily): the engine gathers every module it will use (`FlashInferPagedAttention.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flashinfer.jit import JitSpec
+
+logger = logging.getLogger(__name__)
 
 
 def build_jit(specs: Sequence[JitSpec]) -> None:
@@ -32,3 +35,18 @@ def build_jit(specs: Sequence[JitSpec]) -> None:
                 shutil.copy2(built, aot)
             except OSError:  # a read-only install: FlashInfer rebuilds on first use
                 return
+
+
+def build_jit_optional(specs: Sequence[JitSpec], optional: Sequence[JitSpec]) -> bool:
+    """`build_jit` of `specs` and `optional` in one run; if that fails, of `specs` alone (a
+    failure there raises). Returns whether `optional` was built: a fast path that cannot
+    compile here (another FlashInfer's headers, say) must not stop the engine."""
+    if optional:
+        try:
+            build_jit([*specs, *optional])
+            return True
+        except RuntimeError as e:
+            names = ", ".join(spec.name for spec in optional)
+            logger.warning("could not build %s (%s); continuing without", names, str(e)[:500])
+    build_jit(specs)
+    return False

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -34,6 +34,9 @@ from .memory import plan_kv_memory
 from .mixed import MixedGraphs
 from .piecewise import PiecewiseGraphs, piece_sizes
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from flashinfer.jit import JitSpec
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class Engine:
         tuned_gemm = fused and graph_bs > 0 and gemm.supported(self.device, self.dtype)
         if fused:
             self.model.use_fused_ops()
-            self._build_jit([gemm.jit_spec()] if tuned_gemm else [])
+            tuned_gemm = self._build_jit([gemm.jit_spec()] if tuned_gemm else [])
         if tuned_gemm:
             self._tune_gemms(graph_batch_sizes(graph_bs))
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
@@ -138,22 +141,23 @@ class Engine:
             self.mixed = MixedGraphs(self.model, backend, self.ctx, mixed, max_pages,
                                      self.pieces.pool, self.device)
 
-    def _build_jit(self, extra: list) -> None:
-        """Compile every FlashInfer module this engine uses, and `extra` JIT specs, in one
-        parallel ninja run (restored AOT modules are skipped), before any first use compiles
-        them one by one."""
+    def _build_jit(self, optional: list[JitSpec]) -> bool:
+        """Compile every FlashInfer module this engine uses, and the `optional` JIT specs, in
+        one parallel ninja run (restored AOT modules are skipped), before any first use
+        compiles them one by one. Returns whether the optional ones were built."""
         import time
 
-        from ..attention.flashinfer_jit import build_jit
+        from ..attention.flashinfer_jit import build_jit_optional
         from ..attention.flashinfer_kernels import FlashInferPagedAttention
         from ..layers import cuda_ops
 
         cfg, t0 = self.model_config, time.perf_counter()
         attn = FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                                         self.page_size, self.dtype, self.device)
-        build_jit(attn.jit_specs() + cuda_ops.jit_specs() + extra)
+        built = build_jit_optional(attn.jit_specs() + cuda_ops.jit_specs(), optional)
         del attn
         logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
+        return built
 
     @torch.inference_mode()
     def _tune_gemms(self, sizes: list[int]) -> None:

@@ -127,7 +127,8 @@ class Sm90Gemm:
         t0 = time.perf_counter()
         by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
         for w in weights:
-            by_shape.setdefault((w.shape[0], w.shape[1]), []).append(w)
+            if w.shape[0] % 8 == 0 and w.shape[1] % 8 == 0:  # TMA: 16-byte rows (else cuBLAS)
+                by_shape.setdefault((w.shape[0], w.shape[1]), []).append(w)
         gemm = cls(module, {})
         choices: dict[tuple[int, int], dict[int, str | None]] = {}
         kept = 0
