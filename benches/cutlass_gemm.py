@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from gemm_small_m import SHAPES, time_us, weight_copies
 from minisgl_worker.layers import gemm
-from stream_overlap import capture
+from pdl_gemm import chain_graph
 from triton.testing import do_bench
 
 DEV = torch.device("cuda")
@@ -85,40 +85,18 @@ def best_configs(cfgs: Configs, shapes: list[str], ms: list[int]) -> dict:
 
 def layer_chain(cfgs: Configs, model: str, layers: list[dict], m: int, mode: str,
                 best: dict):
-    """One CUDA graph of the model's layers without attention; mode cublas, cutlass or
-    cutlass-pdl (the best configuration per GEMM at this M)."""
-    import flashinfer
+    """pdl_gemm.chain_graph of the model's layers; mode cublas, cutlass, cutlass-pdl (the
+    best configuration per GEMM at this M) or hybrid-pdl."""
 
-    hidden, inter, qkv, attn_out, _ = MODELS[model]
-    x = torch.randn(m, hidden, device=DEV, dtype=BF16)
-    res = torch.randn_like(x)
-    nw = torch.ones(hidden, device=DEV, dtype=BF16)
-    bufs = {"qkv": torch.empty(m, qkv, device=DEV, dtype=BF16),
-            "o": torch.empty(m, hidden, device=DEV, dtype=BF16),
-            "gate_up": torch.empty(m, 2 * inter, device=DEV, dtype=BF16),
-            "down": torch.empty(m, hidden, device=DEV, dtype=BF16)}
-    attn = torch.randn(m, attn_out, device=DEV, dtype=BF16)  # attention's output stand-in
-    act = torch.empty(m, inter, device=DEV, dtype=BF16)
-
-    def gemm(name: str, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def gemm(name: str, a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
         config, t_cutlass, t_cublas = best[f"{model}.{name}", m]
         if mode == "cublas" or (mode == "hybrid-pdl" and t_cutlass > t_cublas + HYBRID_US):
-            return torch.mm(a, w.t(), out=bufs[name])
-        return cfgs.run(config, a, w, bufs[name], pdl=mode != "cutlass")
+            torch.mm(a, w.t(), out=out)
+        else:
+            cfgs.run(config, a, w, out, pdl=mode != "cutlass")
 
-    def run() -> None:
-        for layer in layers:
-            flashinfer.norm.fused_add_rmsnorm(x, res, nw, 1e-6)
-            gemm("qkv", x, layer["qkv"])
-            o = gemm("o", attn, layer["o"])
-            flashinfer.norm.fused_add_rmsnorm(o, res, nw, 1e-6)
-            gu = gemm("gate_up", o, layer["gate_up"])
-            flashinfer.activation.silu_and_mul(gu, out=act)
-            gemm("down", act, layer["down"])
-
-    graph = capture(run)
-    graph.buffers = run  # keeps the closure's tensors alive with the graph
-    return graph
+    hidden, inter, qkv, attn_out, _ = MODELS[model]
+    return chain_graph((hidden, inter, qkv, attn_out), layers, m, gemm)
 
 
 def chains(cfgs: Configs, model: str, ms: list[int], best: dict) -> None:

@@ -83,38 +83,47 @@ def best_tiles(m: int, weights: dict[str, torch.Tensor]) -> dict[str, tuple]:
     return best
 
 
-def layer_chain(layers: list[dict], m: int, mode: str, tiles: dict[str, tuple]):
+def chain_graph(dims: tuple[int, int, int, int], layers: list[dict], m: int, gemm):
+    """One CUDA graph of `layers` (dicts of qkv, o, gate_up and down weights) without
+    attention: add-RMSNorm, qkv, o, add-RMSNorm, gate_up, SiLU-and-mul, down, at batch `m`;
+    `gemm(name, a, w, out)` writes out = a @ w^T. dims: (hidden, intermediate, qkv out,
+    attention out). Also used by cutlass_gemm.py."""
     import flashinfer
 
-    x = torch.randn(m, HIDDEN, device=DEV, dtype=BF16)
+    hidden, inter, qkv, attn_out = dims
+    x = torch.randn(m, hidden, device=DEV, dtype=BF16)
     res = torch.randn_like(x)
-    nw = torch.ones(HIDDEN, device=DEV, dtype=BF16)
-    bufs = {"qkv": torch.empty(m, QKV, device=DEV, dtype=BF16),
-            "o": torch.empty(m, HIDDEN, device=DEV, dtype=BF16),
-            "gate_up": torch.empty(m, 2 * INTER, device=DEV, dtype=BF16),
-            "down": torch.empty(m, HIDDEN, device=DEV, dtype=BF16)}
-    attn = torch.randn(m, ATTN_OUT, device=DEV, dtype=BF16)  # attention's output stand-in
-    act = torch.empty(m, INTER, device=DEV, dtype=BF16)
-
-    def gemm(name: str, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if mode == "cublas":
-            return torch.mm(a, w.t(), out=bufs[name])
-        triton_linear(a, w, bufs[name], tiles[name], mode == "triton-pdl")
-        return bufs[name]
+    nw = torch.ones(hidden, device=DEV, dtype=BF16)
+    bufs = {"qkv": torch.empty(m, qkv, device=DEV, dtype=BF16),
+            "o": torch.empty(m, hidden, device=DEV, dtype=BF16),
+            "gate_up": torch.empty(m, 2 * inter, device=DEV, dtype=BF16),
+            "down": torch.empty(m, hidden, device=DEV, dtype=BF16)}
+    attn = torch.randn(m, attn_out, device=DEV, dtype=BF16)  # attention's output stand-in
+    act = torch.empty(m, inter, device=DEV, dtype=BF16)
 
     def run() -> None:
         for layer in layers:
             flashinfer.norm.fused_add_rmsnorm(x, res, nw, 1e-6)
-            gemm("qkv", x, layer["qkv"])
-            o = gemm("o", attn, layer["o"])
-            flashinfer.norm.fused_add_rmsnorm(o, res, nw, 1e-6)
-            gu = gemm("gate_up", o, layer["gate_up"])
-            flashinfer.activation.silu_and_mul(gu, out=act)
-            gemm("down", act, layer["down"])
+            gemm("qkv", x, layer["qkv"], bufs["qkv"])
+            gemm("o", attn, layer["o"], bufs["o"])
+            flashinfer.norm.fused_add_rmsnorm(bufs["o"], res, nw, 1e-6)
+            gemm("gate_up", bufs["o"], layer["gate_up"], bufs["gate_up"])
+            flashinfer.activation.silu_and_mul(bufs["gate_up"], out=act)
+            gemm("down", act, layer["down"], bufs["down"])
 
     graph = capture(run)  # after a warm-up run (cuBLAS workspace, Triton compiles)
     graph.buffers = run  # the closure holds x, res, bufs, act: alive while the graph is
     return graph
+
+
+def layer_chain(layers: list[dict], m: int, mode: str, tiles: dict[str, tuple]):
+    def gemm(name: str, a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+        if mode == "cublas":
+            torch.mm(a, w.t(), out=out)
+        else:
+            triton_linear(a, w, out, tiles[name], mode == "triton-pdl")
+
+    return chain_graph((HIDDEN, INTER, QKV, ATTN_OUT), layers, m, gemm)
 
 
 def main() -> None:
