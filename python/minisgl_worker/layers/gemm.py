@@ -8,10 +8,12 @@ others, so `Sm90Gemm.tune` times, for each weight shape of the model and each de
 batch size, cuBLAS and every configuration alone (cycling through the model's weights of
 that shape, so they stream from HBM as in a step), and keeps the fastest configuration
 unless cuBLAS beats it by more than PDL_CREDIT_US; GEMMs that take cuBLAS more than
-LAUNCH_BOUND_US stay on cuBLAS. Batches of other sizes up to the largest
-tuned one use the choice of the next larger tuned size; larger ones use cuBLAS. Measured on
-the H200 (benches/RESULTS.md, `benches/cutlass_gemm.py`): Qwen3-0.6B's layer chain without
-attention 4-5 us a layer faster at M <= 128, ~1 us at 256.
+LAUNCH_BOUND_US stay on cuBLAS. Batches of other sizes up to the largest tuned one use the
+choice of the next larger tuned size; larger ones use cuBLAS. Measured on the H200
+(benches/RESULTS.md, `benches/cutlass_gemm.py`): Qwen3-0.6B's layer chain without attention
+4-5 us a layer faster at M <= 128, ~1 us at 256; its offline run ~3% faster. The choice is
+timed anew at each start, so two starts may pick different kernels for a size, whose
+outputs differ by bf16 rounding.
 
 `MINISGL_SM90_GEMM=0` keeps cuBLAS everywhere (for debugging)."""
 
