@@ -37,22 +37,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("gemm_sm90.cu")
-# name: (swapped, tile rows, tile columns, tile K, kernel). The batch is the columns when
-# swapped (the weight's rows are the tile's rows), else the rows.
-CONFIGS = {
-    "swap_64x32x128_ping": (True, 64, 32, 128, "Ping"),
-    "swap_64x64x128_ping": (True, 64, 64, 128, "Ping"),
-    "swap_64x96x128_ping": (True, 64, 96, 128, "Ping"),
-    "swap_64x128x64_ping": (True, 64, 128, 64, "Ping"),
-    "swap_64x192x64_ping": (True, 64, 192, 64, "Ping"),
-    "swap_128x32x128_coop": (True, 128, 32, 128, "Coop"),
-    "swap_128x64x128_coop": (True, 128, 64, 128, "Coop"),
-    "swap_128x128x64_coop": (True, 128, 128, 64, "Coop"),
-    "swap_128x256x64_coop": (True, 128, 256, 64, "Coop"),
-    "plain_64x64x128_ping": (False, 64, 64, 128, "Ping"),
-    "plain_64x128x64_ping": (False, 64, 128, 64, "Ping"),
-    "plain_128x128x64_coop": (False, 128, 128, 64, "Coop"),
-}
+# (swapped, tile rows, tile columns, tile K, kernel). The batch is the tile's columns when
+# swapped (the weight's rows are the tile's rows), else its rows.
+_TILES = [
+    (True, 64, 32, 128, "Ping"), (True, 64, 64, 128, "Ping"), (True, 64, 96, 128, "Ping"),
+    (True, 64, 128, 64, "Ping"), (True, 64, 192, 64, "Ping"),
+    (True, 128, 32, 128, "Coop"), (True, 128, 64, 128, "Coop"), (True, 128, 128, 64, "Coop"),
+    (True, 128, 256, 64, "Coop"),
+    (False, 64, 64, 128, "Ping"), (False, 64, 128, 64, "Ping"), (False, 128, 128, 64, "Coop"),
+]
+# name (also the exported function's): e.g. swap_64x32x128_ping -> its tile
+CONFIGS = {f"{'swap' if swap else 'plain'}_{rows}x{cols}x{k}_{kernel.lower()}":
+           (swap, rows, cols, k, kernel) for swap, rows, cols, k, kernel in _TILES}
 PDL_CREDIT_US = 1.0  # what PDL hid per GEMM in benches/cutlass_gemm.py's layer chains
 # Only GEMMs that cuBLAS runs this fast are tuned; slower ones stay on cuBLAS. PDL hides a
 # launch, which matters beside a few microseconds of work. On Llama-3.1-8B (12-90 us GEMMs)
