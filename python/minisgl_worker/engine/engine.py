@@ -5,11 +5,11 @@ without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns th
 On CUDA with FlashInfer (the default there) the model runs FlashInfer's fused RMSNorm,
 RoPE and SiLU-and-mul, on Hopper in bf16 its small-batch GEMMs run cuBLAS or CUTLASS
 (layers/gemm.py, tuned at start), every JIT module it needs is compiled in one parallel
-build at start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and prefill
-and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step that
-fills the prefill budget), replay piecewise graphs with their attention between the pieces
-(piecewise.py), except mixed batches of up to `cuda_graph_mixed_tokens` tokens with enough
-requests, which replay whole graphs (mixed.py); other batches run eagerly. On CPU
+build at start, decode batches up to `cuda_graph_max_bs` replay CUDA graphs (graph.py), and
+prefill and mixed batches up to `cuda_graph_max_tokens` tokens, or of the chunk size (a step
+that fills the prefill budget), replay piecewise graphs with their attention between the
+pieces (piecewise.py), except mixed batches of up to `cuda_graph_mixed_tokens` tokens with
+enough requests, which replay whole graphs (mixed.py); other batches run eagerly. On CPU
 everything is torch-native."""
 
 from __future__ import annotations
@@ -72,12 +72,15 @@ class Engine:
         graph_bs = config.resolve_graph_max_bs(self.device, self.max_running)
         if self.backend_name != "flashinfer":
             graph_bs = 0
-        tuned_gemm = fused and graph_bs > 0 and gemm.supported(self.device, self.dtype)
+        gemm_spec = None
+        if fused and graph_bs > 0 and gemm.supported(self.device, self.dtype):
+            gemm_spec = gemm.jit_spec()
         if fused:
             self.model.use_fused_ops()
-            tuned_gemm = self._build_jit([gemm.jit_spec()] if tuned_gemm else [])
-        if tuned_gemm:
-            self._tune_gemms(graph_batch_sizes(graph_bs))
+            if not self._build_jit([gemm_spec] if gemm_spec else []):
+                gemm_spec = None
+        if gemm_spec is not None:
+            self._tune_gemms(gemm_spec, graph_batch_sizes(graph_bs))
         # Piecewise graphs need the fused RoPE kernel (it writes q into their static buffer).
         graph_tokens = config.resolve_graph_max_tokens(self.device) if fused else 0
         bucket_sizes = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
@@ -160,13 +163,13 @@ class Engine:
         return built
 
     @torch.inference_mode()
-    def _tune_gemms(self, sizes: list[int]) -> None:
+    def _tune_gemms(self, spec: JitSpec, sizes: list[int]) -> None:
         """Hopper, bf16: every bias-free linear runs its matmul by cuBLAS or by CUTLASS with
-        PDL, whichever `gemm.Sm90Gemm.tune` measures faster at each decode graph's size."""
+        PDL (the built module `spec`), whichever `gemm.Sm90Gemm.tune` measures faster at each
+        decode graph's size."""
         linears = [m for m in self.model.modules()
                    if isinstance(m, (ColumnParallelLinear, RowParallelLinear)) and m.bias is None]
-        tuned = gemm.Sm90Gemm.tune(gemm.jit_spec().build_and_load(),
-                                   (m.weight for m in linears), sizes)
+        tuned = gemm.Sm90Gemm.tune(spec.build_and_load(), (m.weight for m in linears), sizes)
         for m in linears:
             m.gemm = tuned
         torch.cuda.empty_cache()  # the tuning graphs' pools, before the memory plan
