@@ -10,16 +10,19 @@ small model ~30% slower than the next (seen on the H200), so its best is the fai
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("jsonl", help="the call's bench.jsonl")
+    args = p.parse_args()
     ours: dict[tuple[str, str], list[float]] = defaultdict(list)
     ref: dict[str, list[float]] = defaultdict(list)
-    for line in Path(sys.argv[1]).read_text().splitlines():
+    for line in Path(args.jsonl).read_text().splitlines():
         r = json.loads(line)
         name = Path(r["model"]).name
         if r.get("engine") == "mini-sglang":

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workload import draw
+from common import draw
 
 
 def model_dir(config: Path) -> Path:

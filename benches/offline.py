@@ -19,18 +19,12 @@ import time
 from pathlib import Path
 
 import torch
+from common import drop_prefix_cache, mixed_graph_option, workload
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
 from minisgl_worker.scheduler.budget import StepBudget
-from workload import draw
 
 ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
-
-
-def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
-    prompts, output_lens = draw(n, seed)
-    return prompts, [SamplingParams(temperature=0.6, ignore_eos=True, max_new_tokens=m)
-                     for m in output_lens]
 
 
 def step_budget(config: str, chunk_size: int) -> StepBudget:
@@ -38,19 +32,6 @@ def step_budget(config: str, chunk_size: int) -> StepBudget:
     scheduler's StepBudget."""
     policy, mixed, *steps = config.split(":")
     return StepBudget(chunk_size, policy, int(mixed), int(steps[0]) if steps else None)
-
-
-def mixed_graph_option(tokens: int | None) -> dict[str, int]:
-    """LLM(...)'s option for --mixed-graph-tokens (None: the engine's default)."""
-    return {} if tokens is None else {"cuda_graph_mixed_tokens": tokens}
-
-
-def drop_prefix_cache(llm: LLM) -> None:
-    """Evict every cached prefix: a repetition of the same prompts would otherwise skip
-    their prefill (mini-sglang's anchor is a fresh process, its cache cold)."""
-    sched = llm.scheduler
-    assert not sched.has_work
-    sched.allocator.free(sched.cache.prefix_cache.evict(sched.allocator.num_pages))
 
 
 def run_config(llm: LLM, name: str, label: str, prompts: list[list[int]],

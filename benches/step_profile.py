@@ -9,8 +9,9 @@ and CUDA events around each batch's forward on the stream, which give its GPU sp
 GPU's idle time before it (a gap means the host, not the GPU, was the bottleneck). Steps
 are split by kind: decode batches that replay a CUDA graph, batches with prefill tokens
 that replay whole mixed-step graphs (on by default; --mixed-graph-tokens) or piecewise
-graphs, and those run eagerly. Then `--profile-steps` steps from the middle of a second run under torch.profiler: GPU time per kernel, to see what a step is
-made of."""
+graphs, and those run eagerly. Then `--profile-steps` steps from the middle of a second run
+under torch.profiler: GPU time per kernel, to see what a step is made of (`--trace` keeps
+the Chrome trace for benches/trace_kernels.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,14 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from common import drop_prefix_cache, mixed_graph_option, workload
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
-
-sys.path.insert(0, str(Path(__file__).parent))
-from offline import drop_prefix_cache, mixed_graph_option, workload
 
 
 class StepTimer:

@@ -9,7 +9,7 @@ kernel drains, and it waits on that kernel only before its first load. Most conf
 swap the operands (w on the tile's 128 or 64 rows, the batch on its 32-256 columns), as
 vLLM and TensorRT-LLM do for small M.
 
-    python benches/cutlass_gemm.py [--m 32,64,128,160,192,256] [--models qwen3-0.6b]
+    python benches/kernels/cutlass_gemm.py [--m 32,64,128,160,192,256] [--models qwen3-0.6b]
 
 Prints, per shape and M, cuBLAS and the best configuration alone (weights cycled through
 HBM, as gemm_small_m.py times them), and then the decoder layer chain without attention
@@ -21,13 +21,17 @@ faster by more than HYBRID_US."""
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from gemm_small_m import SHAPES, time_us, weight_copies
 from minisgl_worker.layers import gemm
-from pdl_gemm import chain_graph
 from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import capture
 
 DEV = torch.device("cuda")
 BF16 = torch.bfloat16
@@ -83,9 +87,42 @@ def best_configs(cfgs: Configs, shapes: list[str], ms: list[int]) -> dict:
     return best
 
 
+def chain_graph(dims: tuple[int, int, int, int], layers: list[dict], m: int, gemm):
+    """One CUDA graph of `layers` (dicts of qkv, o, gate_up and down weights) without
+    attention: add-RMSNorm, qkv, o, add-RMSNorm, gate_up, SiLU-and-mul, down, at batch `m`;
+    `gemm(name, a, w, out)` writes out = a @ w^T. dims: (hidden, intermediate, qkv out,
+    attention out)."""
+    import flashinfer
+
+    hidden, inter, qkv, attn_out = dims
+    x = torch.randn(m, hidden, device=DEV, dtype=BF16)
+    res = torch.randn_like(x)
+    nw = torch.ones(hidden, device=DEV, dtype=BF16)
+    bufs = {"qkv": torch.empty(m, qkv, device=DEV, dtype=BF16),
+            "o": torch.empty(m, hidden, device=DEV, dtype=BF16),
+            "gate_up": torch.empty(m, 2 * inter, device=DEV, dtype=BF16),
+            "down": torch.empty(m, hidden, device=DEV, dtype=BF16)}
+    attn = torch.randn(m, attn_out, device=DEV, dtype=BF16)  # attention's output stand-in
+    act = torch.empty(m, inter, device=DEV, dtype=BF16)
+
+    def run() -> None:
+        for layer in layers:
+            flashinfer.norm.fused_add_rmsnorm(x, res, nw, 1e-6)
+            gemm("qkv", x, layer["qkv"], bufs["qkv"])
+            gemm("o", attn, layer["o"], bufs["o"])
+            flashinfer.norm.fused_add_rmsnorm(bufs["o"], res, nw, 1e-6)
+            gemm("gate_up", bufs["o"], layer["gate_up"], bufs["gate_up"])
+            flashinfer.activation.silu_and_mul(bufs["gate_up"], out=act)
+            gemm("down", act, layer["down"], bufs["down"])
+
+    graph = capture(run)  # after a warm-up run (cuBLAS workspace, CUTLASS's first launch)
+    graph.buffers = run  # the closure holds x, res, bufs, act: alive while the graph is
+    return graph
+
+
 def layer_chain(cfgs: Configs, model: str, layers: list[dict], m: int, mode: str,
                 best: dict):
-    """pdl_gemm.chain_graph of the model's layers; mode cublas, cutlass, cutlass-pdl (the
+    """chain_graph of the model's layers; mode cublas, cutlass, cutlass-pdl (the
     best configuration per GEMM at this M) or hybrid-pdl."""
 
     def gemm(name: str, a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:

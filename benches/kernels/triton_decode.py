@@ -10,14 +10,16 @@ settings against FlashInfer at the offline workload's steps, each in a CUDA grap
 the output against torch's. "no softmax" is a diagnostic (the loop's loads and dots only,
 wrong output): what the softmax costs.
 
-    python benches/triton_decode.py [--layout llama-3.1-8b]   # on the GPU
-    TRITON_INTERPRET=1 python benches/triton_decode.py --check   # CPU: against torch only
+    python benches/kernels/triton_decode.py [--layout llama-3.1-8b]   # on the GPU
+    TRITON_INTERPRET=1 python benches/kernels/triton_decode.py --check   # CPU: against torch
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -30,6 +32,9 @@ from minisgl_worker.attention.triton_decode import (
     softmax_init,
     store_output,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import capture, workload_step
 
 BF16 = torch.bfloat16
 
@@ -157,6 +162,32 @@ def reference(q, k, v, indptr, indices, lens) -> torch.Tensor:
     return out
 
 
+def flashinfer_decode_ms(kv_lens: list[int], hq: int, split: bool) -> float:
+    """FlashInfer's tensor-core decode over one layer (KV split or not) as a CUDA-graph
+    replay, the batch padded to the engine's graph size with one-token rows."""
+    import flashinfer
+    from minisgl_worker.engine.graph import graph_batch_sizes
+    from triton.testing import do_bench
+
+    dev = torch.device("cuda")
+    padded = next(size for size in graph_batch_sizes(256) if size >= len(kv_lens))
+    lens = kv_lens + [1] * (padded - len(kv_lens))
+    q, k, v, indptr, indices, _ = paged_batch(lens, hq, 8, 128, 16, dev)
+    last = torch.tensor([n - (-(-n // 16) - 1) * 16 for n in lens], dtype=torch.int32,
+                        device=dev)
+    ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        ws, "NHD", use_cuda_graph=True, use_tensor_cores=True,
+        paged_kv_indptr_buffer=torch.zeros_like(indptr),
+        paged_kv_indices_buffer=torch.zeros_like(indices),
+        paged_kv_last_page_len_buffer=torch.ones_like(last))
+    wrapper.plan(indptr, indices, last, hq, 8, 128, 16, q_data_type=BF16, kv_data_type=BF16,
+                 disable_split_kv=not split)
+    out = torch.empty_like(q)
+    graph = capture(lambda: wrapper.run(q, (k, v), out=out))
+    return do_bench(graph.replay, warmup=25, rep=100, return_mode="median")
+
+
 def check(device: torch.device) -> None:
     """Against torch on small ragged batches, split and unsplit. (The CPU interpreter runs
     float16: it mishandles bf16.)"""
@@ -174,14 +205,7 @@ def check(device: torch.device) -> None:
 
 
 def bench(layout: str) -> None:
-    import sys
-    from pathlib import Path
-
     from triton.testing import do_bench
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from attention_kernels import bench_graph_decode, workload_step
-    from stream_overlap import capture
 
     dev = torch.device("cuda")
     print("| step | running | kernel | chunk | block | stages | warps | us | GB/s | error vs torch |")
@@ -198,9 +222,9 @@ def bench(layout: str) -> None:
         for variant in ("tc-whole", "tc-split"):
             if variant == "tc-whole" and len(kv_lens) <= 56:
                 continue
-            row = bench_graph_decode(layout, step, variant)
+            ms = flashinfer_decode_ms(kv_lens, hq, split=variant == "tc-split")
             print(f"| {step} | {len(kv_lens)} | FlashInfer {variant} | | | | | "
-                  f"{1e3 * row['ms']:.1f} | {row['GB/s']:.0f} | |")
+                  f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | |")
         whole = 1 << 20
         variants = [  # chunk, block, stages, warps, longest first, softmax
             (whole, 128, 2, 4, False, True), (whole, 128, 2, 4, True, True),
@@ -225,14 +249,7 @@ def bench_lengths(layout: str) -> None:
     """Is the kernel's gap to the read floor its ragged lengths? The chosen kernel (one
     chunk, block 128, longest first) at the workload's lengths, at those rounded up or down
     to whole 128-token blocks, and at their mean for every request."""
-    import sys
-    from pathlib import Path
-
     from triton.testing import do_bench
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from attention_kernels import workload_step
-    from stream_overlap import capture
 
     hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
     print("| step | running | lengths | mean tokens | us | GB/s |")

@@ -1,11 +1,13 @@
 """Time the one-pass Triton sampler (engine/gumbel.py) at the offline workload's batch sizes:
 
-    python benches/gumbel_kernel.py
+    python benches/kernels/gumbel_kernel.py
 
 bf16 logits over Qwen3's vocabulary (151,936), temperature 0.6, CUDA-event medians of
 `gumbel_sample` (the kernel and its small second pass over the row parts)."""
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 from minisgl_worker.engine.gumbel import gumbel_sample
@@ -15,6 +17,7 @@ DEV = torch.device("cuda")
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     print("| rows | us | GB/s of logits |")
     print("| ---: | ---: | ---: |")
     for rows in (39, 153, 256):

@@ -1,10 +1,11 @@
 """How fast can the H200 read a layer's KV at all? The floor decode attention is judged by.
 
 Decode attention reads one layer's K and V (~600 MB at the offline workload's first step)
-through a page table. Both FlashInfer's tensor-core decode and benches/triton_decode.py stop
-at ~3.6 TB/s there, and `torch.sum` over the same bytes reaches 3.72 TB/s. This bench asks
-whether that is the memory system or the kernels: Triton read-only kernels (each program sums
-what it reads into one float) over the same bytes, in the access patterns attention uses:
+through a page table. Both FlashInfer's tensor-core decode and triton_decode.py (beside this
+file) stopped at ~3.6 TB/s there, and `torch.sum` over the same bytes reaches 3.72 TB/s. This
+bench asks whether that is the memory system or the kernels: Triton read-only kernels (each
+program sums what it reads into one float) over the same bytes, in the access patterns
+attention uses:
 
 - contiguous: each program streams CHUNK consecutive bytes;
 - pages: each program reads whole 32 KB pages (16 tokens x 8 heads x 128, bf16) in a
@@ -13,11 +14,12 @@ what it reads into one float) over the same bytes, in the access patterns attent
   (the pool's layout, what an attention program per (request, head) reads);
 - hnd-head: the same with the head's 16 rows contiguous (4 KB a page).
 
-CUDA-graph replays, median of triton's do_bench. Usage: python benches/read_floor.py
+CUDA-graph replays, median of triton's do_bench. Usage: python benches/kernels/read_floor.py
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -26,8 +28,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).parent))
-from stream_overlap import capture
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import capture
 
 PAGE, HKV, D = 16, 8, 128
 PAGES_PER_PROGRAM = 32
@@ -92,6 +94,7 @@ def _time(fn) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     dev = torch.device("cuda")
     pages = 18_432  # 18,432 x 32 KB = 604 MB: K and V of one layer at the workload's step 0
     x = torch.randn(pages, PAGE, HKV, D, dtype=torch.bfloat16, device=dev)

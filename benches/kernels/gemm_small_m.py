@@ -4,12 +4,12 @@ split over `split` programs with fp32 partials summed by a second kernel) over a
 tiles. Each call is timed inside a CUDA graph over enough weight copies (>= 512 MB) that
 the weight comes from HBM, not L2, as it does layer after layer in a decode step.
 
-    python benches/gemm_small_m.py --json tiles.json
-    python benches/gemm_small_m.py --cublas-scan --m 1,2,4,8,16,24  # cuBLAS alone, by M
+    python benches/kernels/gemm_small_m.py --json tiles.json
+    python benches/kernels/gemm_small_m.py --cublas-scan --m 1,2,4,8,16,24  # cuBLAS alone, by M
 
 Prints per shape and M: microseconds and weight-streaming TB/s for each, and the best tile.
-Result on the H200 (benches/RESULTS.md): cuBLAS is as fast or faster at every M that
-matters, so the worker keeps F.linear; this script stays to re-check that on new GPUs."""
+Result on the H200 (benches/RESULTS.md): cuBLAS is as fast or faster than these Triton tiles
+at every M that matters. cutlass_gemm.py times its GEMMs with this file's helpers."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def cublas_scan(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", default="16,64,128,192,256")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--json")

@@ -1,0 +1,72 @@
+"""What several benches share: mini-sglang's offline workload, the offline API's per-run
+set-up, and a CUDA-graph capture for kernel micro-benchmarks.
+
+`draw` and `workload_step` are plain Python and nothing here imports the worker at module
+level, so benches/minisgl_offline.py imports this file into mini-sglang's process without
+our package. Kernel benches in benches/kernels/ put this folder on sys.path first."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from minisgl_worker.llm import LLM
+    from minisgl_worker.protocol import SamplingParams
+
+
+def draw(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """mini-sglang's offline workload (its benchmark/offline/bench.py) in its draw order ->
+    (prompts, output lengths): n prompts of random token ids in [0, 10000], lengths uniform
+    in [100, 1024], then n output lengths uniform in [100, 1024]. (`random.seed(seed)` with
+    the module functions, as mini-sglang's script, gives the same numbers.)"""
+    rng = random.Random(seed)
+    prompts = [[rng.randint(0, 10000) for _ in range(rng.randint(100, 1024))] for _ in range(n)]
+    return prompts, [rng.randint(100, 1024) for _ in range(n)]
+
+
+def workload_step(step: int) -> list[int]:
+    """KV lengths of the workload's running requests at decode step `step` (all prompts
+    taken as prefilled together): those with more than `step` output tokens."""
+    prompts, outs = draw()
+    return [len(p) + step for p, o in zip(prompts, outs) if o > step]
+
+
+def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """`draw`'s requests as our offline API takes them: ignore_eos, temperature 0.6."""
+    from minisgl_worker.protocol import SamplingParams
+
+    prompts, output_lens = draw(n, seed)
+    return prompts, [SamplingParams(temperature=0.6, ignore_eos=True, max_new_tokens=m)
+                     for m in output_lens]
+
+
+def mixed_graph_option(tokens: int | None) -> dict[str, int]:
+    """LLM(...)'s option for --mixed-graph-tokens (None: the engine's default)."""
+    return {} if tokens is None else {"cuda_graph_mixed_tokens": tokens}
+
+
+def drop_prefix_cache(llm: LLM) -> None:
+    """Evict every cached prefix: a repetition of the same prompts would otherwise skip
+    their prefill (mini-sglang's side runs each repetition cold, in a fresh process)."""
+    sched = llm.scheduler
+    assert not sched.has_work
+    sched.allocator.free(sched.cache.prefix_cache.evict(sched.allocator.num_pages))
+
+
+def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """`fn`'s kernels as one CUDA graph, after a warm-up call outside the capture (cuBLAS
+    workspaces, Triton compiles). The caller keeps `fn`'s buffers alive with the graph."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return graph
