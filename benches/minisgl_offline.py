@@ -12,7 +12,13 @@ weights, on the config.json of a real shape. mini-sglang also loads a tokenizer 
 warm-up prompt and the eos id) and none can be downloaded on the device: a two-word
 tokenizer is written beside the config; the workload itself is token ids.
 
-Prints one line like its bench and appends a JSON line to --json."""
+One timed run of the workload per process, after a warm-up on one short prompt: its
+prefix cache is cold, as ours is at each of our repetitions (benches/offline.py empties
+it). So each repetition is a fresh process (scripts/gpu-compare runs REF_REPEATS of them):
+a second run in the same process would find three quarters of the prompt tokens cached
+(../shared/GPU.md). Its first process on a machine is the slower one, so
+benches/compare_table.py divides by its best run. Prints one line like its bench
+and appends a JSON line to --json."""
 
 from __future__ import annotations
 

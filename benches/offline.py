@@ -5,9 +5,11 @@ offline API, with random weights in a real model's shape:
 
 256 requests of random token ids in [0, 10000], input and output lengths uniform in
 [100, 1024] (Python's `random.seed(0)`, drawn in mini-sglang's order), ignore_eos,
-temperature 0.6. One warm-up generate, then `--repeats` timed runs of the whole workload.
-Prints output tokens, seconds, tok/s and the ratio to mini-sglang's throughput measured on
-one H200 (../shared/GPU.md: the second, warm repetition of its own script)."""
+temperature 0.6. One warm-up generate, then `--repeats` timed runs of the whole workload,
+each with the prefix cache emptied first. Prints output tokens, seconds and tok/s. There is
+no built-in figure to compare with: machines differ by a few percent, so the ratio to
+mini-sglang comes only from running both in the same device call (scripts/gpu-compare,
+then benches/compare_table.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,6 @@ from common import drop_prefix_cache, mixed_graph_option, workload
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
 from minisgl_worker.scheduler.budget import StepBudget
-
-ANCHOR_TOK_S = {"qwen3-0.6b": 22_160.0, "llama3.1-8b": 11_605.0}  # mini-sglang, one H200
 
 
 def step_budget(config: str, chunk_size: int) -> StepBudget:
@@ -98,20 +98,15 @@ def main() -> None:
             f"/{variant}" if variant else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
     llm.engine.mixed = mixed_graphs
-    anchor = ANCHOR_TOK_S.get(name)
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
           f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "
           f"KV {llm.engine.kv_pool.num_slots:,} tokens")
-    print("| model | scheduler | rep | output tokens | cached prompt tokens | seconds | tok/s | "
-          "mini-sglang tok/s | ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | scheduler | rep | output tokens | cached prompt tokens | seconds | tok/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        ratio = f"{r['tok_s'] / anchor:.2f}x" if anchor else "-"
-        r["anchor_tok_s"], r["ratio"] = anchor, ratio
         print(f"| {name} | {r['config']} | {r['rep']} | {r['output_tokens']:,} | "
-              f"{r['cached_prompt_tokens']:,} | {r['seconds']:.2f} | {r['tok_s']:,.0f} | "
-              f"{anchor or 0:,.0f} | {ratio} |")
+              f"{r['cached_prompt_tokens']:,} | {r['seconds']:.2f} | {r['tok_s']:,.0f} |")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
