@@ -2,7 +2,7 @@
 //! instantly. Not a test; run `benches/router_overhead.sh`.
 //!
 //! Three parts in one process, each on its own runtime as they would be in production: the
-//! router (`server::app` on a multi-thread runtime, TCP on 127.0.0.1), a mock worker (a ZMQ
+//! router (`api::app` on a multi-thread runtime, TCP on 127.0.0.1), a mock worker (a ZMQ
 //! DEALER speaking protocol v1 on its own thread: every loop it takes what arrived and sends
 //! one `step` with the next token of every running request, so a request's 64 tokens come
 //! in 64 consecutive steps, batched like a real worker's), and a hyper HTTP/1.1 client.
@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use _router::admission::Admission;
-use _router::policy::create_policy;
+use _router::api::admission::Admission;
+use _router::api::app;
+use _router::routing::policy::create_policy;
 use _router::run::load_model_files;
-use _router::server::app;
 use _router::state::{AppState, Shared};
 use _router::worker::launcher::wait_ready;
 use _router::worker::protocol::{

@@ -2,27 +2,22 @@
 //! detokenization, stop strings) in front of Python workers reached over ZeroMQ.
 //!
 //! Built into the wheel as `minisgl_worker._router`; `minisgl-router` calls [`main`].
+//!
+//! The folders follow a request: `api/` (routes, body parsing, validation, admission, one
+//! generation's life, the responses and their one SSE loop; start at `api/routes.rs`) ->
+//! `text/` (tokenizer, chat template, detokenizer, stop strings) -> `routing/` (prefix
+//! index and policies: which worker) -> `worker/` (protocol, ZMQ client, launcher). Around
+//! them: `config.rs` (flags), `run.rs` (start, serve, stop), `state.rs` (what handlers
+//! share), `error.rs` (the one error enum, in OpenAI's shape) and `metrics.rs`.
 
-pub mod admission;
-pub mod chat;
-pub mod chat_template;
-pub mod completions;
+pub mod api;
 pub mod config;
-pub mod detokenize;
 pub mod error;
-pub mod generate;
 pub mod metrics;
-pub mod native;
-pub mod openai;
-pub mod params;
-pub mod policy;
-pub mod radix;
-pub mod respond;
+pub mod routing;
 pub mod run;
-pub mod server;
 pub mod state;
-pub mod stop;
-pub mod tokenizer;
+pub mod text;
 pub mod worker;
 
 use clap::Parser;

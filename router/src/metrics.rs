@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::admission::Admission;
+use crate::api::admission::Admission;
 use crate::worker::WorkerClient;
 
 /// Upper bounds in seconds; the last bucket is +Inf.

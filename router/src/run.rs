@@ -8,13 +8,13 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::net::TcpListener;
 
-use crate::admission::Admission;
-use crate::chat_template::ChatTemplate;
+use crate::api::admission::Admission;
+use crate::api::routes::app;
 use crate::config::Config;
-use crate::policy::create_policy;
-use crate::server::app;
+use crate::routing::policy::create_policy;
 use crate::state::{unix_now, AppState, Shared};
-use crate::tokenizer::Tokenizer;
+use crate::text::chat_template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
 
@@ -242,7 +242,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::tests::tiny_model_dir;
+    use crate::text::tokenizer::tests::tiny_model_dir;
     use clap::Parser;
 
     #[test]

@@ -3,12 +3,12 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::admission::Admission;
-use crate::chat_template::ChatTemplate;
+use crate::api::admission::Admission;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::policy::Policy;
-use crate::tokenizer::Tokenizer;
+use crate::routing::policy::Policy;
+use crate::text::chat_template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
 use crate::worker::WorkerClient;
 
 #[derive(Clone)]

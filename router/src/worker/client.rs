@@ -1,25 +1,18 @@
-//! The router's handle on one worker: request registry, readiness, load, and failure.
+//! The router's handle on one worker: its connection state (connecting, ready, dead), its
+//! last load, reconnection, and failure; the requests it serves are in `registry.rs`.
 //!
-//! The socket itself lives in `socket.rs` tasks; this side is what handlers touch. Every
-//! in-flight request has an entry `rid -> channel`; token outputs and errors are dispatched
-//! there. When the worker dies every entry gets an error, so no client ever hangs.
+//! The socket itself lives in `socket.rs` tasks; this side is what handlers touch. When the
+//! worker dies every request in its registry gets an error, so no client ever hangs.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
 
-use super::protocol::{Load, Ready, RouterMsg, Sampling, TokenOutput};
+use super::protocol::{Load, Ready, RouterMsg, Sampling};
+use super::registry::{next_rid, Registry};
 use super::request::RequestStream;
 use crate::error::ApiError;
-
-/// What a request's stream receives.
-#[derive(Debug)]
-pub enum Event {
-    Token(TokenOutput),
-    Failed(ApiError),
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerState {
@@ -36,7 +29,7 @@ pub struct WorkerClient {
 pub(super) struct Inner {
     pub(super) address: String,
     outbox: mpsc::UnboundedSender<RouterMsg>,
-    requests: Mutex<Requests>,
+    pub(super) requests: Registry,
     state: watch::Sender<WorkerState>,
     load: Mutex<Option<Load>>,
     /// Shutdown was asked for: the worker going away is expected, not an error.
@@ -50,20 +43,6 @@ pub(super) struct Inner {
     reconnect: bool,
     /// Its first `ready`: a worker that comes back must serve the same model.
     first_ready: Mutex<Option<Ready>>,
-}
-
-#[derive(Default)]
-struct Requests {
-    senders: HashMap<u64, mpsc::UnboundedSender<Event>>,
-    /// Set once the worker is gone: no new request may register.
-    closed: bool,
-}
-
-static NEXT_RID: AtomicU64 = AtomicU64::new(1);
-
-/// Request ids, unique within this router process.
-pub fn next_rid() -> u64 {
-    NEXT_RID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl WorkerClient {
@@ -85,7 +64,7 @@ impl WorkerClient {
         let inner = Arc::new(Inner {
             address: address.to_string(),
             outbox,
-            requests: Mutex::new(Requests::default()),
+            requests: Registry::default(),
             state: watch::channel(WorkerState::Connecting).0,
             load: Mutex::new(None),
             stopping: AtomicBool::new(false),
@@ -143,15 +122,11 @@ impl WorkerClient {
     ) -> Result<RequestStream, ApiError> {
         let rid = next_rid();
         let (tx, rx) = mpsc::unbounded_channel();
-        {
-            let mut requests = self.inner.requests.lock().unwrap();
-            if requests.closed || !self.is_ready() {
-                return Err(ApiError::Unavailable(format!(
-                    "worker {} is not ready",
-                    self.address()
-                )));
-            }
-            requests.senders.insert(rid, tx);
+        if !self.inner.requests.register(rid, tx, || self.is_ready()) {
+            return Err(ApiError::Unavailable(format!(
+                "worker {} is not ready",
+                self.address()
+            )));
         }
         self.inner.send(RouterMsg::Generate {
             rid,
@@ -163,14 +138,7 @@ impl WorkerClient {
 
     /// Forgets `rid` and tells the worker to free it (after a stop string, or a client gone).
     pub fn abort(&self, rid: u64) {
-        let was_live = self
-            .inner
-            .requests
-            .lock()
-            .unwrap()
-            .senders
-            .remove(&rid)
-            .is_some();
+        let was_live = self.inner.requests.remove(rid);
         if was_live {
             self.inner.send(RouterMsg::Abort { rid });
         }
@@ -203,7 +171,7 @@ impl WorkerClient {
     }
 
     pub fn in_flight(&self) -> usize {
-        self.inner.requests.lock().unwrap().senders.len()
+        self.inner.requests.len()
     }
 }
 
@@ -249,7 +217,7 @@ impl Inner {
         // Not ready first, so that no request registers after the senders are taken.
         self.state.send_replace(WorkerState::Connecting);
         *self.load.lock().unwrap() = None;
-        fail_all(self.take_requests(false), reason);
+        self.requests.fail_all(false, reason);
         true
     }
 
@@ -258,7 +226,6 @@ impl Inner {
     }
 
     pub(super) fn fail(&self, reason: &str) {
-        let senders = self.take_requests(true);
         let already_dead = matches!(*self.state.borrow(), WorkerState::Dead(_));
         if !already_dead {
             if self.stopping.load(Ordering::Relaxed) {
@@ -269,57 +236,7 @@ impl Inner {
             self.state
                 .send_replace(WorkerState::Dead(reason.to_string()));
         }
-        fail_all(senders, reason);
-    }
-
-    /// Every in-flight request's sender, taken out; `close`: no new request may register.
-    fn take_requests(&self, close: bool) -> HashMap<u64, mpsc::UnboundedSender<Event>> {
-        let mut requests = self.requests.lock().unwrap();
-        requests.closed |= close;
-        std::mem::take(&mut requests.senders)
-    }
-
-    /// Hands a step's outputs to their requests; a request's last output removes it.
-    pub(super) fn dispatch(&self, outputs: Vec<TokenOutput>) {
-        let mut requests = self.requests.lock().unwrap();
-        for out in outputs {
-            let done = out.finish.is_some();
-            let rid = out.rid;
-            if let Some(tx) = requests.senders.get(&rid) {
-                let _ = tx.send(Event::Token(out));
-            }
-            if done {
-                requests.senders.remove(&rid);
-            }
-        }
-    }
-
-    /// The worker refused or failed request `rid`.
-    pub(super) fn fail_request(&self, rid: u64, message: String) {
-        let tx = self.requests.lock().unwrap().senders.remove(&rid);
-        if let Some(tx) = tx {
-            let _ = tx.send(Event::Failed(worker_error(message)));
-        }
-    }
-}
-
-/// Ends each request with 503 and `reason`.
-fn fail_all(senders: HashMap<u64, mpsc::UnboundedSender<Event>>, reason: &str) {
-    for tx in senders.into_values() {
-        let _ = tx.send(Event::Failed(ApiError::Unavailable(reason.to_string())));
-    }
-}
-
-/// The worker says why a request failed; limits the client exceeded are the client's fault.
-fn worker_error(message: String) -> ApiError {
-    let lower = message.to_lowercase();
-    let clients_fault = ["prompt", "context", "too long", "invalid", "exceeds"]
-        .iter()
-        .any(|w| lower.contains(w));
-    if clients_fault {
-        ApiError::bad_request(message)
-    } else {
-        ApiError::Internal(format!("worker error: {message}"))
+        self.requests.fail_all(true, reason);
     }
 }
 
@@ -328,6 +245,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::fake::{FakeScript, FakeWorker};
+    use super::super::registry::Event;
     use super::*;
 
     fn script(stall: bool) -> FakeScript {
@@ -386,21 +304,6 @@ mod tests {
         drop(worker);
         until_state(&client, |s| matches!(s, WorkerState::Dead(_))).await;
         assert!(client.submit(vec![1], Sampling::default()).is_err());
-    }
-
-    #[test]
-    fn rids_are_unique_and_increasing() {
-        let a = next_rid();
-        let b = next_rid();
-        assert!(b > a);
-    }
-
-    #[test]
-    fn worker_errors_about_the_prompt_are_bad_requests() {
-        let e = worker_error("prompt has 9000 tokens; the context is 8192".into());
-        assert!(matches!(e, ApiError::BadRequest { .. }));
-        let e = worker_error("CUDA out of memory".into());
-        assert!(matches!(e, ApiError::Internal(_)));
     }
 
     #[tokio::test]

@@ -5,8 +5,10 @@ pub mod client;
 pub mod fake;
 pub mod launcher;
 pub mod protocol;
+mod registry;
 pub mod request;
 mod socket;
 
-pub use client::{Event, WorkerClient, WorkerState};
+pub use client::{WorkerClient, WorkerState};
+pub use registry::Event;
 pub use request::RequestStream;

@@ -4,8 +4,9 @@
 
 use tokio::sync::mpsc;
 
-use super::client::{Event, WorkerClient};
-use crate::admission::Slot;
+use super::client::WorkerClient;
+use super::registry::Event;
+use crate::api::admission::Slot;
 
 pub struct RequestStream {
     rid: u64,

@@ -17,6 +17,7 @@ use zeromq::{
 
 use super::client::Inner;
 use super::protocol::{decode_frame, encode_frame, RouterMsg, WorkerMsg};
+use super::registry::worker_error;
 
 /// One connect attempt; zmq.rs backs off up to 30 s between its own retries, which would
 /// delay a worker that binds late, so attempts are short and repeated here.
@@ -105,11 +106,11 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
                 max_context = ready.max_context, kv_capacity = ready.kv_capacity, "worker ready");
             inner.set_ready(ready);
         }
-        WorkerMsg::Step { outputs } => inner.dispatch(outputs),
+        WorkerMsg::Step { outputs } => inner.requests.dispatch(outputs),
         WorkerMsg::Error {
             rid: Some(rid),
             message,
-        } => inner.fail_request(rid, message),
+        } => inner.requests.fail(rid, worker_error(message)),
         WorkerMsg::Error { rid: None, message } => {
             tracing::warn!(worker = %inner.address, "worker reports: {message}")
         }

@@ -1,6 +1,6 @@
 """Writes chat_template_vectors.json: conversations rendered by transformers'
 `apply_chat_template` with the default model's template (SmolLM2-135M-Instruct), the
-reference that router/src/chat_template.rs must match byte for byte.
+reference that router/src/text/chat_template.rs must match byte for byte.
 
 Run once after the default model or the conversations change:
     PYTHONPATH=python .venv/bin/python router/tests/data/chat_template_vectors.py

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::Policy;
-use crate::radix::PrefixIndex;
+use crate::routing::radix::PrefixIndex;
 use crate::worker::WorkerClient;
 
 const CACHE_THRESHOLD: f64 = 0.5;

@@ -3,14 +3,14 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::chat_template::TemplateMessage;
+use crate::api::generate::{Piece, PromptInput, TokenLogprob};
+use crate::api::openai::{ChatMessage, ChatRequest, Content, Usage};
+use crate::api::params::EndpointParams;
+use crate::api::respond::{finish_reason, Format, Head};
 use crate::error::ApiError;
-use crate::generate::{Piece, PromptInput, TokenLogprob};
-use crate::openai::{ChatMessage, ChatRequest, Content, Usage};
-use crate::params::EndpointParams;
-use crate::respond::{finish_reason, Format, Head};
 use crate::state::AppState;
-use crate::tokenizer::Tokenizer;
+use crate::text::chat_template::TemplateMessage;
+use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
 const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
@@ -184,7 +184,7 @@ impl Format for ChatFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::ContentPart;
+    use crate::api::openai::ContentPart;
 
     fn message(role: &str, content: Option<Content>) -> ChatMessage {
         ChatMessage {

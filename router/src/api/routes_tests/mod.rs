@@ -11,11 +11,11 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::app;
-use crate::admission::Admission;
-use crate::policy::create_policy;
+use crate::api::admission::Admission;
+use crate::routing::policy::create_policy;
 use crate::run::load_model_files;
 use crate::state::{AppState, Shared};
-use crate::tokenizer::tests::tiny_model_dir;
+use crate::text::tokenizer::tests::tiny_model_dir;
 use crate::worker::fake::{FakeScript, FakeWorker};
 use crate::worker::launcher::wait_ready;
 use crate::worker::WorkerClient;

@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::admission::Slots;
-use crate::detokenize::IncrementalDecoder;
+use crate::api::admission::Slots;
+use crate::api::openai::Usage;
+use crate::api::params::GenParams;
 use crate::error::ApiError;
-use crate::openai::Usage;
-use crate::params::GenParams;
 use crate::state::AppState;
-use crate::stop::StopMatcher;
+use crate::text::detokenize::IncrementalDecoder;
+use crate::text::stop::StopMatcher;
 use crate::worker::protocol::{Finish, TokenOutput};
 use crate::worker::{Event, RequestStream};
 
@@ -276,5 +276,5 @@ mod tests {
         assert_eq!(err.message(), "token id 10 is outside the vocabulary of 10");
     }
     // The streaming behaviour (stop strings, aborts, EOS) is tested end to end over a fake
-    // worker in server_tests.rs.
+    // worker in api/routes_tests/.
 }

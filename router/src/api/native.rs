@@ -6,12 +6,12 @@ use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::chat;
+use crate::api::chat;
+use crate::api::generate::{self, Generation, PromptInput, Update};
+use crate::api::openai::{from_map, ChatMessage, CommonParams};
+use crate::api::params::{validate, EndpointParams};
+use crate::api::respond::finish_reason;
 use crate::error::ApiError;
-use crate::generate::{self, Generation, PromptInput, Update};
-use crate::openai::{from_map, ChatMessage, CommonParams};
-use crate::params::{validate, EndpointParams};
-use crate::respond::finish_reason;
 use crate::state::AppState;
 use crate::worker::protocol::Finish;
 

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::api::generate::{self, Piece, PromptInput, TokenLogprob};
+use crate::api::openai::{CompletionRequest, Prompt, Usage};
+use crate::api::params::{EndpointParams, GenParams};
+use crate::api::respond::{finish_reason, Choices, Format, Head};
 use crate::error::ApiError;
-use crate::generate::{self, Piece, PromptInput, TokenLogprob};
-use crate::openai::{CompletionRequest, Prompt, Usage};
-use crate::params::{EndpointParams, GenParams};
-use crate::respond::{finish_reason, Choices, Format, Head};
 use crate::state::AppState;
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
 /// OpenAI allows at most 5 alternatives here.

@@ -9,14 +9,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::chat::{self, ChatFormat};
-use crate::completions::{self, CompletionFormat};
+use crate::api::chat::{self, ChatFormat};
+use crate::api::completions::{self, CompletionFormat};
+use crate::api::generate;
+use crate::api::native;
+use crate::api::openai::{parse_body, ChatRequest, CompletionRequest};
+use crate::api::params::validate;
+use crate::api::respond::{respond, Choices, Head};
 use crate::error::ApiError;
-use crate::generate;
-use crate::native;
-use crate::openai::{parse_body, ChatRequest, CompletionRequest};
-use crate::params::validate;
-use crate::respond::{respond, Choices, Head};
 use crate::state::AppState;
 use crate::worker::WorkerState;
 
@@ -220,5 +220,5 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 #[cfg(test)]
-#[path = "server_tests/mod.rs"]
+#[path = "routes_tests/mod.rs"]
 mod tests;

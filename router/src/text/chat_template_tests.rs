@@ -1,7 +1,7 @@
 //! Chat template tests: HF idioms, and byte-identical rendering against transformers.
 
 use super::*;
-use crate::tokenizer::tests::tiny_model_dir;
+use crate::text::tokenizer::tests::tiny_model_dir;
 
 fn msg(role: &str, content: &str) -> TemplateMessage {
     TemplateMessage {

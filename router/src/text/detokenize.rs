@@ -7,7 +7,7 @@
 //! text ends in U+FFFD the last character is incomplete, so nothing is shown until the next
 //! token completes it. Special tokens are skipped.
 
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 
 #[derive(Debug, Default)]
 pub struct IncrementalDecoder {
@@ -60,7 +60,7 @@ impl IncrementalDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::tests::tiny;
+    use crate::text::tokenizer::tests::tiny;
 
     fn stream(tok: &Tokenizer, ids: &[u32]) -> String {
         let mut d = IncrementalDecoder::new();

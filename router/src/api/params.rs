@@ -1,8 +1,8 @@
 //! Validation of the sampling and stopping parameters at the edge, and their mapping onto the
 //! protocol's `sampling` map. Every message names the field and the limit.
 
+use crate::api::openai::{CommonParams, Stop};
 use crate::error::ApiError;
-use crate::openai::{CommonParams, Stop};
 use crate::worker::protocol::Sampling;
 
 const MAX_STOPS: usize = 4;

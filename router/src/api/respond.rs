@@ -12,9 +12,9 @@ use futures::stream::{select_all, StreamExt};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::api::generate::{collect, Generation, Piece, Update};
+use crate::api::openai::Usage;
 use crate::error::ApiError;
-use crate::generate::{collect, Generation, Piece, Update};
-use crate::openai::Usage;
 use crate::state::unix_now;
 use crate::worker::protocol::Finish;
 

@@ -1,7 +1,7 @@
 //! Validation messages and the mapping onto the protocol's `sampling`.
 
 use super::*;
-use crate::openai::{parse_body, ChatRequest};
+use crate::api::openai::{parse_body, ChatRequest};
 
 fn params(extra: &str) -> Result<GenParams, ApiError> {
     let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
