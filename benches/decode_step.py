@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from minisgl_worker.core import Batch, Req
+from minisgl_worker.core import Batch, Req, RouteKind
 from minisgl_worker.kvcache import MHAKVPool
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
@@ -57,11 +57,13 @@ def decode_batch(llm: LLM, size: int, context: int, sampling: SamplingParams) ->
 
 
 def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float]:
-    engine, graphs = llm.engine, llm.engine.graphs
-    assert graphs is not None and graphs.can_run(batch)
+    engine = llm.engine
+    route = engine.routes.route(batch)
+    assert route.kind is RouteKind.DECODE_GRAPH, route
+    graphs = engine.runners[route.kind]
     with torch.inference_mode():
-        graph_ms = median_ms(lambda: graphs.replay(batch), iters)
-        logits = graphs.replay(batch).clone()
+        graph_ms = median_ms(lambda: graphs.run(batch, route), iters)
+        logits = graphs.run(batch, route).clone()
         sample_ms = median_ms(lambda: engine.sampler.sample(logits.clone(), batch.sample_reqs),
                               iters)
         total_ms = median_ms(lambda: engine.forward_batch(batch), iters)

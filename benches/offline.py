@@ -14,6 +14,7 @@ then benches/compare_table.py)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -85,19 +86,21 @@ def main() -> None:
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     rows = []
-    sched, mixed_graphs = llm.scheduler, llm.engine.mixed
+    sched, routes = llm.scheduler, llm.engine.routes
+    # "/piecewise": the same engine with its mixed-step graphs left out of the route table
+    piecewise = dataclasses.replace(routes, sizes=dataclasses.replace(routes.sizes, mixed=[]))
     for config in args.configs.split(",") if args.configs else [""]:
         config, _, variant = config.partition("/")
         assert variant in ("", "piecewise"), f"unknown variant /{variant}"
         if config:
             sched.budget = step_budget(config, sched.budget.chunk_size)
-        llm.engine.mixed = None if variant else mixed_graphs
+        llm.engine.routes = piecewise if variant else routes
         b = sched.budget
         label = f"{b.policy}:{b.mixed_chunk_size}" + (
             f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "") + (
             f"/{variant}" if variant else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
-    llm.engine.mixed = mixed_graphs
+    llm.engine.routes = routes
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
           f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "

@@ -25,8 +25,14 @@ from pathlib import Path
 
 import torch
 from common import drop_prefix_cache, mixed_graph_option, workload
+from minisgl_worker.core import RouteKind
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
+
+KINDS = {RouteKind.DECODE_GRAPH: "decode (graph)",
+         RouteKind.MIXED_GRAPH: "with prefill (mixed-step graphs)",
+         RouteKind.PIECEWISE: "with prefill (piecewise graphs)",
+         RouteKind.EAGER: "eager"}
 
 
 class StepTimer:
@@ -57,14 +63,7 @@ class StepTimer:
 
         def timed_forward(batch):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if engine.graphs is not None and engine.graphs.can_run(batch):
-                kind = "decode (graph)"
-            elif engine.mixed is not None and engine.mixed.can_run(batch):
-                kind = "with prefill (mixed-step graphs)"
-            elif engine.pieces is not None and engine.pieces.can_run(batch):
-                kind = "with prefill (piecewise graphs)"
-            else:
-                kind = "with prefill (eager)"
+            kind = KINDS[engine.routes.route(batch).kind]
             start.record()
             out = forward(batch)
             end.record()

@@ -23,8 +23,8 @@ def _engine_context_is_released() -> Iterator[None]:
     """An in-process Engine owns the one global context; a test that leaves it set would fail
     every later test that builds an engine. Fail the culprit instead, and clean up after it."""
     yield
-    from minisgl_worker import core
+    from minisgl_worker import context
 
-    leaked = core._GLOBAL_CTX is not None
-    core.clear_global_ctx()
+    leaked = context._GLOBAL_CTX is not None
+    context.clear_global_ctx()
     assert not leaked, "this test left an Engine running: call LLM.shutdown() / Engine.shutdown()"

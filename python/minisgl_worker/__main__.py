@@ -103,6 +103,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument(
+        "--gemm", default="auto", choices=["auto", "cublas"],
+        help="GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with "
+        "PDL per shape and batch size, chosen once and kept beside FlashInfer's JIT cache) or "
+        "cublas everywhere",
+    )
+    p.add_argument(
         "--parent-pid", type=_positive, default=None,
         help="exit when this process stops being our parent (the router that spawned us "
         "died without shutting us down)",
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
         attention_backend=args.attention_backend, chunk_size=args.chunk_size,
         cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
+        gemm=args.gemm,
     )
     engine = Engine(config)
     scheduler = Scheduler(

@@ -1,4 +1,5 @@
-"""The shared vocabulary of the worker: requests, batches and the per-batch context.
+"""The shared vocabulary of the worker: requests, batches, and the route a batch takes
+through the engine.
 
 A request's tokens are `input_ids + output_ids`. `cached_len` of them have their KV in the
 pool; a batch extends each of its requests by `extend_len` tokens (a prefill chunk, or the
@@ -10,20 +11,15 @@ any decode step): `Req.can_sample`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal, NamedTuple
 
 import torch
 
 from .protocol import SamplingParams
 
-if TYPE_CHECKING:
-    from .attention.base import BaseAttnBackend
-    from .kvcache.pool import MHAKVPool
-
-__all__ = ["PENDING_TOKEN", "Batch", "Context", "Req", "ReqStatus", "SamplingParams"]
+__all__ = ["PENDING_TOKEN", "Attn", "Batch", "Req", "ReqStatus", "Route", "RouteKind",
+           "SamplingParams"]
 
 # Stands in `Req.output_ids` for a token sampled by a batch still in flight (overlap
 # scheduling); the scheduler replaces it when it processes that batch's results.
@@ -102,7 +98,6 @@ class Batch:
     positions: torch.Tensor  # (T,) int64
     out_loc: torch.Tensor  # (T,) int64, KV pool slot for each token
     extend_lens: list[int]  # per request, sums to T
-    attn_metadata: Any = None  # filled by the attention backend's prepare_metadata
     sample_reqs: list[Req] = field(default_factory=list)  # reqs with can_sample, in order
     # Input tokens still on the device (PENDING_TOKEN on the host): input_ids[pool_index]
     # are read from the engine's token pool at the rows pool_slots before the forward.
@@ -138,44 +133,28 @@ class Batch:
         return out
 
 
-class Context:
-    """Everything a layer needs during a forward that is not a tensor argument."""
+class RouteKind(enum.Enum):
+    """How the engine runs a batch's forward (engine/route.py picks it)."""
 
-    def __init__(self, attn_backend: BaseAttnBackend, kv_pool: MHAKVPool) -> None:
-        self.attn_backend = attn_backend
-        self.kv_pool = kv_pool
-        self._batch: Batch | None = None
-
-    @property
-    def batch(self) -> Batch:
-        assert self._batch is not None, "no batch is being forwarded"
-        return self._batch
-
-    @contextmanager
-    def forward_batch(self, batch: Batch) -> Iterator[None]:
-        assert self._batch is None, "forward_batch is not reentrant"
-        self._batch = batch
-        try:
-            yield
-        finally:
-            self._batch = None
+    DECODE_GRAPH = "decode graph"  # one CUDA graph of the whole forward, per padded size
+    MIXED_GRAPH = "mixed graph"  # the same, for small steps with prompt tokens
+    PIECEWISE = "piecewise"  # CUDA graphs between the layers' attention calls
+    EAGER = "eager"  # no graph
 
 
-_GLOBAL_CTX: Context | None = None
+class Attn(enum.Enum):
+    """Which attention kernels a batch runs (how the backend plans it)."""
+
+    TORCH = "torch"  # torch-native (any batch)
+    DECODE = "decode"  # every request extends by one token: the decode kernel
+    PREFILL = "prefill"  # prompt chunks only: the prefill kernel (FA3 on SM90)
+    MIXED_FA2 = "mixed fa2"  # decodes and chunks in one launch of FA2's prefill kernel
+    DECODE_THEN_PREFILL = "decode + prefill"  # leading decodes, then chunks: two kernels
+    SPLIT_KV = "split kv"  # decode graph: FlashInfer's split-KV decode
+    WHOLE_KV = "whole kv"  # decode graph: each request's KV in one piece (triton_decode.py)
 
 
-def set_global_ctx(ctx: Context) -> None:
-    """Set once per engine; `clear_global_ctx` when the engine shuts down."""
-    global _GLOBAL_CTX
-    assert _GLOBAL_CTX is None, "global context already set: shut the other Engine down first"
-    _GLOBAL_CTX = ctx
-
-
-def clear_global_ctx() -> None:
-    global _GLOBAL_CTX
-    _GLOBAL_CTX = None
-
-
-def get_global_ctx() -> Context:
-    assert _GLOBAL_CTX is not None, "global context not set: build an Engine first"
-    return _GLOBAL_CTX
+class Route(NamedTuple):
+    kind: RouteKind
+    attn: Attn
+    size: int = 0  # the graph's rows (padded batch size or token bucket); 0 when eager

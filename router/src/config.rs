@@ -80,6 +80,11 @@ pub struct Config {
     /// FlashInfer on CUDA when it is installed, torch otherwise).
     #[arg(long, value_enum)]
     pub attention_backend: Option<AttentionBackend>,
+    /// GEMM of the spawned workers' bias-free linears: auto (on Hopper in bf16, cuBLAS or
+    /// CUTLASS with PDL per shape and batch size, chosen once and kept on disk) or cublas
+    /// everywhere (their default when absent: auto).
+    #[arg(long, value_enum)]
+    pub gemm: Option<Gemm>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -112,6 +117,21 @@ pub enum AttentionBackend {
     Auto,
     Torch,
     Flashinfer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Gemm {
+    Auto,
+    Cublas,
+}
+
+impl Gemm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Cublas => "cublas",
+        }
+    }
 }
 
 /// `--cuda-graph-max-tokens`: 0 or at least 16 (a piecewise graph's smallest bucket).

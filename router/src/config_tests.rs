@@ -101,6 +101,8 @@ fn engine_flags_for_the_spawned_workers() {
         "256",
         "--attention-backend",
         "torch",
+        "--gemm",
+        "cublas",
     ])
     .unwrap();
     assert_eq!(
@@ -108,7 +110,9 @@ fn engine_flags_for_the_spawned_workers() {
         (Some(100000), Some(0), Some(256))
     );
     assert_eq!(c.attention_backend, Some(AttentionBackend::Torch));
+    assert_eq!(c.gemm, Some(Gemm::Cublas));
     let c = parse(&[]).unwrap();
+    assert_eq!(c.gemm, None);
     assert_eq!((c.kv_tokens, c.cuda_graph_max_tokens), (None, None));
     assert_eq!(
         parse(&["--cuda-graph-max-tokens", "0"])

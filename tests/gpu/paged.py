@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from minisgl_worker.attention.flashinfer_backend import PagedKVMeta
+from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
+from minisgl_worker.attention.flashinfer_meta import PagedKVMeta
+from minisgl_worker.core import Attn
+from minisgl_worker.engine.route import GraphSizes, RouteTable
 
 # name -> (num_qo_heads, num_kv_heads, head_dim)
 LAYOUTS = {
@@ -81,3 +84,15 @@ def reference_attention(
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref||; NaN (an unwritten, poisoned element) fails any bound."""
     return float((out.float() - ref.float()).norm() / ref.float().norm())
+
+
+def eager_attn(attn: FlashInferPagedAttention, q_lens: list[int]) -> Attn:
+    """The attention the engine's route table picks for an eager batch of `q_lens`."""
+    table = RouteTable(GraphSizes(), flashinfer=True, tensor_core_decode=attn.use_tensor_cores)
+    return table.eager_attn(q_lens)
+
+
+def plan(attn: FlashInferPagedAttention, meta: PagedKVMeta) -> None:
+    """Plan `meta` as the engine would an eager batch."""
+    q_lens = (meta.qo_indptr[1:] - meta.qo_indptr[:-1]).tolist()
+    attn.plan(eager_attn(attn, q_lens), *meta)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from minisgl_worker.kvcache.store import rope_store_kv, store_kv
+import torch.nn.functional as F
+from minisgl_worker.attention.store import rope_store_kv, store_kv
 from minisgl_worker.layers import cuda_ops
 from minisgl_worker.layers.rotary import RopeScaling, RotaryEmbedding
 
@@ -15,6 +16,37 @@ pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda")
 BF16 = torch.bfloat16
 TOL = 1e-2
+
+
+# ---- torch references (the math of the torch-native layers) ----
+
+def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def fused_add_rmsnorm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (rmsnorm(x + residual), x + residual), out of place."""
+    s = x + residual
+    return rmsnorm_ref(s, weight, eps), s
+
+
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def rope_ref(
+    positions: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
+    """x (T, H, D) rotated out of place; cos/sin (P, D/2) as `RotaryEmbedding` holds them."""
+    c = cos[positions].unsqueeze(1)  # (T, 1, D/2)
+    s = sin[positions].unsqueeze(1)
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
 
 
 def _rand(*shape: int) -> torch.Tensor:
@@ -27,7 +59,7 @@ def test_rmsnorm(tokens: int, hidden: int) -> None:
     x, w = _rand(tokens, hidden) * 3, _rand(hidden)
     out = torch.full_like(x, float("nan"))
     cuda_ops.rmsnorm(x, w, 1e-6, out=out)
-    assert rel_err(out, cuda_ops.rmsnorm_ref(x, w, 1e-6)) < TOL
+    assert rel_err(out, rmsnorm_ref(x, w, 1e-6)) < TOL
 
 
 @pytest.mark.parametrize("heads,head_dim", [(16, 128), (8, 128), (3, 64)])
@@ -38,13 +70,13 @@ def test_qk_rmsnorm_on_strided_heads(heads: int, head_dim: int) -> None:
     w = _rand(head_dim)
     out = torch.full_like(x, float("nan"))
     cuda_ops.rmsnorm(x, w, 1e-6, out=out)
-    assert rel_err(out, cuda_ops.rmsnorm_ref(x, w, 1e-6)) < TOL
+    assert rel_err(out, rmsnorm_ref(x, w, 1e-6)) < TOL
 
 
 @pytest.mark.parametrize("tokens,hidden", [(1, 576), (64, 1024), (300, 4096)])
 def test_fused_add_rmsnorm_in_place(tokens: int, hidden: int) -> None:
     x, res, w = _rand(tokens, hidden), _rand(tokens, hidden), _rand(hidden)
-    ref_out, ref_sum = cuda_ops.fused_add_rmsnorm_ref(x, res, w, 1e-5)
+    ref_out, ref_sum = fused_add_rmsnorm_ref(x, res, w, 1e-5)
     cuda_ops.fused_add_rmsnorm(x, res, w, 1e-5)
     assert rel_err(res, ref_sum) < TOL
     assert rel_err(x, ref_out) < TOL
@@ -55,7 +87,7 @@ def test_silu_and_mul(tokens: int, inter: int) -> None:
     x = _rand(tokens, 2 * inter)
     out = torch.full((tokens, inter), float("nan"), device=DEV, dtype=BF16)
     cuda_ops.silu_and_mul(x, out=out)
-    assert rel_err(out, cuda_ops.silu_and_mul_ref(x)) < TOL
+    assert rel_err(out, silu_and_mul_ref(x)) < TOL
 
 
 ROPE_SHAPES = [
@@ -77,7 +109,7 @@ def test_rope_store_kv_matches_rope_then_store(
     the torch RoPE layer followed by `store_kv`, no other slot written; with qk_norm (Qwen3)
     each head of q and k RMS-normalized first, as FlashInfer's RMSNorm does."""
     rope = RotaryEmbedding(d, 32768, theta, scaling).to(DEV)
-    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
+    cache = torch.cat((rope.cos, rope.sin), dim=-1).contiguous()
     tokens, slots = 211, 4096
     qkv = _rand(tokens, (hq + 2 * hkv) * d)
     ref_qkv = qkv.clone()
@@ -98,8 +130,8 @@ def test_rope_store_kv_matches_rope_then_store(
     if qk_norm:
         ref_q, ref_k = cuda_ops.rmsnorm(ref_q, q_w, 1e-6), cuda_ops.rmsnorm(ref_k, k_w, 1e-6)
     layer_q, layer_k = rope(pos.long(), ref_q, ref_k)
-    ref_q = cuda_ops.rope_ref(pos, ref_q, rope.cos, rope.sin)
-    ref_k = cuda_ops.rope_ref(pos, ref_k, rope.cos, rope.sin)
+    ref_q = rope_ref(pos, ref_q, rope.cos, rope.sin)
+    ref_k = rope_ref(pos, ref_k, rope.cos, rope.sin)
     assert torch.equal(layer_q, ref_q) and torch.equal(layer_k, ref_k)  # the layer's math
     store_kv(caches[2], caches[3], loc, ref_k, ref_v)
     assert rel_err(q, ref_q) < TOL
@@ -118,7 +150,7 @@ def test_rope_store_kv_into_a_separate_q_buffer(qk_norm: bool) -> None:
     q itself is not written, and the caches are the same."""
     hq, hkv, d, tokens = 16, 8, 128, 77
     rope = RotaryEmbedding(d, 4096, 1e6, RopeScaling()).to(DEV)
-    cache = cuda_ops.cos_sin_cache(rope.cos, rope.sin)
+    cache = torch.cat((rope.cos, rope.sin), dim=-1).contiguous()
     qkv = _rand(tokens, (hq + 2 * hkv) * d)
     pos = torch.randint(0, 4096, (tokens,), device=DEV)
     loc = torch.randperm(1024, device=DEV)[:tokens]

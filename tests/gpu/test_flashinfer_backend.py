@@ -7,25 +7,19 @@ from __future__ import annotations
 import pytest
 import torch
 from minisgl_worker.attention.flashinfer_backend import FlashInferBackend
-from minisgl_worker.attention.flashinfer_kernels import (
-    ONE_LAUNCH_MAX_PROMPT_ROWS,
-    FlashInferPagedAttention,
-)
+from minisgl_worker.attention.flashinfer_kernels import FlashInferPagedAttention
+from minisgl_worker.attention.store import store_kv
 from minisgl_worker.attention.torch_native import TorchNativeBackend
-from minisgl_worker.core import (
-    Batch,
-    Context,
-    Req,
-    SamplingParams,
-    clear_global_ctx,
-    set_global_ctx,
-)
+from minisgl_worker.context import Context, clear_global_ctx, set_global_ctx
+from minisgl_worker.core import Attn, Batch, Req, Route, RouteKind, SamplingParams
+from minisgl_worker.engine.route import ONE_LAUNCH_MAX_PROMPT_ROWS
 from minisgl_worker.kvcache import MHAKVPool
-from minisgl_worker.kvcache.store import store_kv
 
 from .paged import (
     LAYOUTS,
     PagedBatch,
+    eager_attn,
+    plan,
     prefill_backends,
     random_batch,
     reference_attention,
@@ -73,7 +67,7 @@ def test_prefill_matches_reference(layout: str, backend: str, page_size: int, mo
     attn = FlashInferPagedAttention(
         hq, hkv, d, page_size, BF16, DEV, prefill_backend=backend  # type: ignore[arg-type]
     )
-    attn.plan(*batch.meta)
+    plan(attn, batch.meta)
     out = torch.full((tokens, hq, d), float("nan"), device=DEV, dtype=BF16)
     attn.run(q, k_cache, v_cache, out=out)
     ref = reference_attention(q, k_cache, v_cache, batch.meta, page_size)
@@ -100,7 +94,7 @@ def test_mixed_batch_runs_decode_and_prefill_kernels(layout: str, backend: str,
     attn = FlashInferPagedAttention(
         hq, hkv, d, page_size, BF16, DEV, prefill_backend=backend  # type: ignore[arg-type]
     )
-    attn.plan(*batch.meta)
+    plan(attn, batch.meta)
     one_launch = sum(q_lens) - 5 <= ONE_LAUNCH_MAX_PROMPT_ROWS
     assert attn._mixed_fa2 is not None and attn._mixed_fa2._backend == "fa2"
     if one_launch:
@@ -109,7 +103,7 @@ def test_mixed_batch_runs_decode_and_prefill_kernels(layout: str, backend: str,
         assert attn._num_decode_rows == 5
     ref = reference_attention(q, k_cache, v_cache, batch.meta, page_size)
     assert rel_err(attn.run(q, k_cache, v_cache), ref) < TOL
-    attn.plan(*random_batch([1] * 3, [5, 6, 7], page_size, num_pages, DEV).meta)
+    plan(attn, random_batch([1] * 3, [5, 6, 7], page_size, num_pages, DEV).meta)
     assert attn._num_decode_rows == 0  # a decode batch after a mixed one: one kernel
 
 
@@ -123,7 +117,7 @@ def test_decode_matches_reference(layout: str, page_size: int) -> None:
     k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
     batch = random_batch([1] * len(kv_lens), [n - 1 for n in kv_lens], page_size, num_pages, DEV)
     attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV)
-    attn.plan(*batch.meta)
+    plan(attn, batch.meta)
     q = _rand(len(kv_lens), hq, d)
     out = torch.full_like(q, float("nan"))
     attn.run(q, k_cache, v_cache, out=out)
@@ -171,7 +165,7 @@ def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
         replayed = out_static.clone()
         assert rel_err(replayed, reference_attention(q, k_cache, v_cache, batch.meta,
                                                      page_size)) < TOL
-        attn.plan(*batch.meta)
+        plan(attn, batch.meta)
         assert rel_err(replayed, attn.run(q, k_cache, v_cache)) < 5e-3
 
 
@@ -210,12 +204,15 @@ def test_backend_matches_torch_native(layout: str, extend: list[int]) -> None:
     tokens = sum(extend)
     q, k, v = _rand(tokens, hq, d), _rand(tokens, hkv, d), _rand(tokens, hkv, d)
     outs = []
-    for backend in (FlashInferBackend(pool, page_table, d**-0.5, hq),
-                    TorchNativeBackend(pool, page_table, d**-0.5)):
-        ctx = Context(backend, pool)
+    fi = FlashInferBackend(pool, page_table, d**-0.5, hq)
+    fi_attn = eager_attn(fi.attn, extend)
+    assert fi_attn is (Attn.DECODE if extend == [1] * 4 else Attn.MIXED_FA2)
+    for backend, attn in ((fi, fi_attn), (TorchNativeBackend(pool, page_table, d**-0.5),
+                                          Attn.TORCH)):
+        ctx = Context(backend)
         set_global_ctx(ctx)
         try:
-            backend.prepare_metadata(batch)
+            backend.prepare(batch, Route(RouteKind.EAGER, attn))
             with ctx.forward_batch(batch):
                 outs.append(backend.forward(q, k, v, layer_id=1))
         finally:

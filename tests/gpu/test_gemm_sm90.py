@@ -72,11 +72,18 @@ def test_pdl_launches_inside_a_cuda_graph_match_eager() -> None:
     assert rel_err(outs[-1], ref) < TOL
 
 
+def _tune(weights: list[torch.Tensor], sizes: list[int]) -> gemm.Sm90Gemm:
+    by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for w in weights:
+        by_shape.setdefault((w.shape[0], w.shape[1]), []).append(w)
+    return gemm.Sm90Gemm(_module(), gemm.Sm90Gemm.tune(_module(), by_shape, sizes))
+
+
 @needs_sm90
 def test_tuned_choice_dispatches_by_shape_and_batch() -> None:
     sizes = [8, 64, 128]
     qkv, down = _weights(4096, 1024, 4), _weights(1024, 3072, 4)
-    tuned = gemm.Sm90Gemm.tune(_module(), qkv + down, sizes)
+    tuned = _tune(qkv + down, sizes)
     assert set(tuned.table) == {(4096, 1024), (1024, 3072)}
     for shape, (ms, picks) in tuned.table.items():
         assert ms == sizes, shape
@@ -93,14 +100,33 @@ def test_tuned_choice_dispatches_by_shape_and_batch() -> None:
 @needs_sm90
 def test_gemms_slower_than_the_launch_bound_stay_on_cublas() -> None:
     gate_up = _weights(28672, 4096, 2)  # Llama-3.1-8B's: ~60 us in cuBLAS
-    tuned = gemm.Sm90Gemm.tune(_module(), gate_up, [8, 128])
+    tuned = _tune(gate_up, [8, 128])
     assert tuned.table[28672, 4096] == ([8, 128], [None, None])
 
 
 @needs_sm90
 def test_shapes_without_16_byte_rows_stay_on_cublas() -> None:
     (w,) = _weights(1000, 1020)  # K = 1020: rows of 2,040 bytes, which TMA cannot load
-    tuned = gemm.Sm90Gemm.tune(_module(), [w], [8])
-    assert tuned.table == {}
+    tuned = _tune([w], [8])
+    assert tuned.choice(1000, 1020, 8) is None
     x = torch.randn(8, 1020, device=DEV, dtype=BF16)
     assert rel_err(tuned(x, w), F.linear(x, w)) < TOL
+
+
+@needs_sm90
+def test_the_choice_kept_on_disk_is_the_one_timed(tmp_path: Any) -> None:
+    """gemm_choice.choose on the GPU: the first start times and writes, the second reads the
+    same choice without timing (its timer would fail)."""
+    from minisgl_worker.layers import gemm_choice
+
+    shapes, sizes = {(4096, 1024): 4, (1024, 3072): 4}, [8, 64]
+    key = gemm_choice.cache_key(DEV, BF16, shapes, sizes)
+    args = (_module(), shapes, sizes, BF16, DEV, tmp_path, key,
+            torch.cuda.get_device_properties(DEV).L2_cache_size)
+    first = gemm_choice.choose(*args)
+
+    def no_timing(fn: Any, weights: Any) -> float:
+        raise AssertionError("timed again")
+
+    second = gemm_choice.choose(*args, time_us=no_timing)
+    assert second.table == first.table and len(list(tmp_path.iterdir())) == 1

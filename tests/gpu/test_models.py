@@ -126,17 +126,20 @@ def test_cuda_graph_replay_equals_eager(model: Any) -> None:
 def test_whole_kv_graphs_at_large_even_batches(model: Any, monkeypatch: Any) -> None:
     """72 requests of similar lengths decode through the graphs without split-KV (checked:
     the backend chose them), and each token is the torch-native path's choice."""
-    from minisgl_worker.attention.flashinfer_backend import FlashInferBackend
+    from minisgl_worker.core import Attn, RouteKind
+    from minisgl_worker.engine.route import RouteTable
 
     arch, path, _ = model
-    chosen: list[bool] = []
-    split_kv_for = FlashInferBackend.split_kv_for
+    chosen: list[bool] = []  # per decode-graph replay: split KV?
+    route = RouteTable.route
 
-    def spy(self: FlashInferBackend, batch: Any, padded_bs: int) -> bool:
-        chosen.append(split_kv_for(self, batch, padded_bs))
-        return chosen[-1]
+    def spy(self: RouteTable, batch: Any) -> Any:
+        r = route(self, batch)
+        if r.kind is RouteKind.DECODE_GRAPH:
+            chosen.append(r.attn is Attn.SPLIT_KV)
+        return r
 
-    monkeypatch.setattr(FlashInferBackend, "split_kv_for", spy)
+    monkeypatch.setattr(RouteTable, "route", spy)
     prompts = [[(5 * i + 3 * j) % 500 + 3 for i in range(40 + j % 7)] for j in range(72)]
     out = _greedy(path, 8, prompts, max_running=128, kv_tokens=16384)
     assert chosen.count(False) >= 5, chosen  # 7 decode steps at batch 72 (graph size 72)
@@ -194,7 +197,7 @@ def _mixed_batch(driver: Driver, lens: list[int]) -> Any:
 
 
 def _eager_logits(engine: Engine, batch: Any, rows: torch.Tensor) -> torch.Tensor:
-    engine.attn_backend.prepare_metadata(batch)
+    engine.attn_backend.prepare(batch, engine.routes.eager(batch))
     with engine.ctx.forward_batch(batch):
         return engine.model(batch.input_ids, batch.positions, rows).float()
 
@@ -215,21 +218,22 @@ def test_piecewise_graphs_equal_the_eager_forward(model: Any, lens: list[int]) -
     above the 16-step buckets (to 96). The static q and attention buffers are poisoned
     first, so a row the replay does not write, or a padding row leaking into a real one,
     shows as NaN."""
-    from minisgl_worker.engine.piecewise import bucket_for
+    from minisgl_worker.core import RouteKind
 
     engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
                                  max_running=8, cuda_graph_max_tokens=96, chunk_size=256))
     try:
-        assert engine.pieces is not None and engine.pieces.sizes[-2:] == [96, 256]
+        runner = engine.runners[RouteKind.PIECEWISE]
+        assert engine.routes.sizes.pieces[-2:] == [96, 256]
         batch, rows = _mixed_batch(Driver(engine), lens)
-        assert batch.num_tokens % 16 and engine.pieces.can_run(batch)
-        assert bucket_for(engine.pieces.sizes, batch.num_tokens) == (
-            256 if batch.num_tokens > 96 else -(-batch.num_tokens // 16) * 16)
+        route = engine.routes.route(batch)
+        assert batch.num_tokens % 16 and route.kind is RouteKind.PIECEWISE
+        assert route.size == (256 if batch.num_tokens > 96 else -(-batch.num_tokens // 16) * 16)
         with torch.inference_mode():
             eager = _eager_logits(engine, batch, rows)
-            engine.pieces.q.fill_(float("nan"))
-            engine.pieces.attn_out.fill_(float("nan"))
-            pieces = engine.pieces.run(batch, rows).float()
+            runner.q.fill_(float("nan"))
+            runner.attn_out.fill_(float("nan"))
+            pieces = runner.run(batch, route).float()
         _assert_close(f"{model[0]} {lens}: piecewise", pieces, eager)
     finally:
         engine.shutdown()
@@ -241,19 +245,22 @@ def test_mixed_graphs_equal_the_eager_forward(model: Any, lens: list[int],
     """A batch of decodes first, then prompt chunks (the third case chunks only), through a
     whole mixed-step graph (attention captured) and eagerly: same logits up to bf16
     rounding, with the padding rows of the graph's size (16 multiples) left out."""
-    from minisgl_worker.engine.piecewise import piece_sizes
+    from minisgl_worker.core import RouteKind
+    from minisgl_worker.engine.route import piece_sizes
 
     open_mixed_gate(monkeypatch)  # the graphs, for a batch of a few requests
     engine = Engine(EngineConfig(str(model[1]), device="cuda", page_size=16, kv_tokens=4096,
                                  max_running=8, cuda_graph_max_tokens=96, chunk_size=256,
                                  cuda_graph_mixed_tokens=256))
     try:
-        assert engine.mixed is not None and engine.mixed.sizes == piece_sizes(96)
+        runner = engine.runners[RouteKind.MIXED_GRAPH]
+        assert engine.routes.sizes.mixed == piece_sizes(96)
         batch, rows = _mixed_batch(Driver(engine), lens)
-        assert batch.phase != "decode" and engine.mixed.can_run(batch)
+        route = engine.routes.route(batch)
+        assert batch.phase != "decode" and route.kind is RouteKind.MIXED_GRAPH
         with torch.inference_mode():
             eager = _eager_logits(engine, batch, rows)
-            graphed = engine.mixed.run(batch, rows).float()
+            graphed = runner.run(batch, route).float()
         _assert_close(f"{model[0]} {lens}: mixed graph", graphed, eager)
     finally:
         engine.shutdown()
@@ -265,17 +272,16 @@ def test_generation_through_graphs_with_prompt_tokens(model: Any, monkeypatch: A
     """Prompt chunks of 8 tokens beside the decodes: every step with prompt tokens replays
     the piecewise graphs, or with `cuda_graph_mixed_tokens` the whole mixed-step graphs
     (counted), and each greedy token is the torch-native path's choice up to a near-tie."""
-    from minisgl_worker.engine import mixed
-    from minisgl_worker.engine.piecewise import PiecewiseGraphs
+    from minisgl_worker.engine.graphs import MixedGraphs, PiecewiseGraphs
 
     arch, path, _ = model
-    cls = mixed.MixedGraphs if graphs == "mixed" else PiecewiseGraphs
+    cls = MixedGraphs if graphs == "mixed" else PiecewiseGraphs
     runs = []
     run = cls.run
 
-    def spy(self: Any, batch: Any, rows: Any) -> Any:
+    def spy(self: Any, batch: Any, route: Any) -> Any:
         runs.append(batch.phase)
-        return run(self, batch, rows)
+        return run(self, batch, route)
 
     monkeypatch.setattr(cls, "run", spy)
     open_mixed_gate(monkeypatch)  # five prompts: at most five requests a step

@@ -106,7 +106,7 @@ class Driver:
             positions=torch.tensor(pos, device=device), out_loc=torch.from_numpy(np.concatenate(locs)).to(device),
             extend_lens=list(lens),
         )
-        self.engine.attn_backend.prepare_metadata(batch)
+        self.engine.attn_backend.prepare(batch, self.engine.routes.eager(batch))
         with torch.inference_mode(), self.engine.ctx.forward_batch(batch):
             indices = torch.arange(len(ids), device=device)
             logits = self.engine.model(batch.input_ids, batch.positions, indices)
@@ -121,10 +121,10 @@ def hf_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 
 
 def open_mixed_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the whole mixed-step graphs (engine/mixed.py) take a test's small batches: their
+    """Let the whole mixed-step graphs (engine/graphs/mixed.py) take a test's small batches: their
     gate, for speed only, keeps the batches whose eager FA2 plan would tile or split
     differently (at least ~34 requests on an H200). Call before building the engine."""
-    from minisgl_worker.engine import mixed
+    from minisgl_worker.engine import route
 
-    monkeypatch.setattr(mixed, "min_requests", lambda num_sms, num_kv_heads: 1)
-    monkeypatch.setattr(mixed, "QUERY_TILE", 1 << 30)
+    monkeypatch.setattr(route, "min_requests", lambda num_sms, num_kv_heads: 1)
+    monkeypatch.setattr(route, "QUERY_TILE", 1 << 30)

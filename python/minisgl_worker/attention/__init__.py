@@ -8,10 +8,11 @@ import importlib.util
 import torch
 
 from ..kvcache import MHAKVPool
-from .base import BaseAttnBackend
+from .base import BaseAttnBackend, GraphAttnBackend
 from .torch_native import TorchNativeBackend
 
-__all__ = ["BaseAttnBackend", "TorchNativeBackend", "create_attention_backend"]
+__all__ = ["BaseAttnBackend", "GraphAttnBackend", "TorchNativeBackend",
+           "create_attention_backend"]
 
 BACKENDS = ("auto", "torch", "flashinfer")
 

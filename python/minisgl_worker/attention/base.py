@@ -1,22 +1,25 @@
-"""The attention plug point. A backend is built once per engine; per batch, the engine calls
-`prepare_metadata(batch)` before the forward, and every attention layer calls
-`forward(q, k, v, layer_id)`, which writes k/v into the KV pool at `batch.out_loc` and
-attends each request's queries over its cached tokens (prefix + this extend)."""
+"""The attention plug point. A backend is built once per engine. Per batch the engine calls
+`prepare(batch, route)` before the forward (it plans the kernels `route.attn` names, for the
+graph `route` replays, if any), and every attention layer calls `forward(q, k, v, layer_id,
+rope)`, which writes k/v into the KV pool at `batch.out_loc` and attends each request's
+queries over its cached tokens (prefix + this extend).
+
+A backend that CUDA graphs can hold (`GraphAttnBackend`) also owns its part of their life:
+`init_capture_graph` builds the fixed buffers the graphs read, `prepare_for_capture` plans
+a graph's attention before it is captured (and, for piecewise graphs, takes the
+`GraphBreak` at which the capture stops before each attention call), and `attend` runs one
+layer's attention between the pieces of a piecewise replay."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
-from ..core import Batch
+from ..core import Batch, Route
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
-
-if TYPE_CHECKING:
-    from ..kvcache.pool import MHAKVPool
-
 
 
 class Rope(NamedTuple):
@@ -28,11 +31,22 @@ class Rope(NamedTuple):
     qk_norm: tuple[RMSNorm, RMSNorm] | None = None
 
 
+class GraphBreak(Protocol):
+    """Where a piecewise capture hands attention over to the replay (engine/graphs)."""
+
+    def q_out(self, tokens: int) -> torch.Tensor:
+        """The static buffer the layer's rotated q goes to (the replay's attention reads it)."""
+
+    def cut(self, layer_id: int, tokens: int) -> torch.Tensor:
+        """End the piece that ran up to layer `layer_id`'s KV store, start the next -> the
+        static attention output that piece reads (filled between the pieces at replay)."""
+
+
 class BaseAttnBackend(ABC):
     @abstractmethod
-    def prepare_metadata(self, batch: Batch) -> None:
-        """Fill `batch.attn_metadata` (it reads the page table rows of the batch's requests,
-        so call it after their new tokens' slots are written)."""
+    def prepare(self, batch: Batch, route: Route) -> None:
+        """Plan the batch's attention for `route` (it reads the page-table rows of the
+        batch's requests, so call it after their new tokens' slots are written)."""
 
     @abstractmethod
     def forward(
@@ -43,32 +57,22 @@ class BaseAttnBackend(ABC):
         `rope`, q and k are (normalized and) rotated first."""
 
 
-def rope_and_store(kv_pool: MHAKVPool, layer_id: int, out_loc: torch.Tensor, q: torch.Tensor,
-                   k: torch.Tensor, v: torch.Tensor, rope: Rope | None,
-                   q_out: torch.Tensor | None = None) -> torch.Tensor:
-    """Apply `rope` to q and k and write k and v into the pool at `out_loc` -> the new q,
-    written into `q_out` when given (the fused kernel only). With the rotary's fused cos/sin
-    cache (CUDA) that is one kernel (kvcache/store.py), q updated in place."""
-    cos_sin = rope.rotary.cos_sin if rope is not None else None
-    if rope is None or cos_sin is None:
-        assert q_out is None, "q_out needs the fused RoPE kernel (CUDA, bf16/fp16)"
-        return _rope_and_store_torch(kv_pool, layer_id, out_loc, q, k, v, rope)
-    _, positions, qk_norm = rope
-    norm = None
-    if qk_norm is not None:
-        q_norm, k_norm = qk_norm
-        assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
-        norm = (q_norm.weight, k_norm.weight, q_norm.eps)
-    kv_pool.rope_store(layer_id, out_loc, positions, cos_sin, q, k, v, norm, q_out)
-    return q if q_out is None else q_out
+class GraphAttnBackend(BaseAttnBackend):
+    @abstractmethod
+    def init_capture_graph(self, decode_sizes: list[int], whole_kv_sizes: list[int],
+                           mixed_sizes: list[int], max_pages_per_req: int) -> None:
+        """Build the fixed buffers and plans of the graphs the engine will capture: decode
+        graphs at `decode_sizes` (the whole-KV variant too at `whole_kv_sizes`) and mixed
+        graphs at `mixed_sizes` rows; a request references at most `max_pages_per_req`."""
 
+    @abstractmethod
+    def prepare_for_capture(self, batch: Batch, route: Route,
+                            graph_break: GraphBreak | None = None) -> None:
+        """Plan the request-less `batch` a graph of `route` is captured with. With
+        `graph_break` (piecewise graphs), `forward` stores k/v and cuts there instead of
+        attending, until the next `prepare` or `prepare_for_capture`."""
 
-def _rope_and_store_torch(kv_pool: MHAKVPool, layer_id: int, out_loc: torch.Tensor,
-                          q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          rope: Rope | None) -> torch.Tensor:
-    if rope is not None:
-        if rope.qk_norm is not None:
-            q, k = rope.qk_norm[0](q), rope.qk_norm[1](k)
-        q, k = rope.rotary(rope.positions, q, k)
-    kv_pool.store(layer_id, out_loc, k, v)
-    return q
+    @abstractmethod
+    def attend(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
+        """Layer `layer_id`'s attention of the prepared batch, q (T, Hq, D) (k/v already
+        stored) into `out` (a piecewise replay runs it between the pieces)."""

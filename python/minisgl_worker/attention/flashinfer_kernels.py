@@ -1,43 +1,41 @@
 """FlashInfer's paged attention kernels (CUDA only; flashinfer is imported lazily, never on
 the CPU path), behind one class, `FlashInferPagedAttention`.
 
-`plan(...)` once per batch with host metadata in FlashInfer's CSR form (per request: its
-pages, and how many tokens its last page holds; see flashinfer_backend.PagedKVMeta), then
-`run(q, k_cache, v_cache)` per layer. A batch whose requests all extend by one token runs the
-decode kernels (tensor cores when the GQA group is >= 2, where they win); a batch of prompt
-chunks runs the prefill kernels with a causal mask aligned to the end of each request's KV,
-which is what a chunk after a cached prefix needs. A mixed batch (the scheduler puts its
-decodes first) with tensor-core decode and at most ONE_LAUNCH_MAX_PROMPT_ROWS prompt rows
-runs whole on FA2's prefill kernel: tensor-core decode is that kernel, so the decode rows
-cost what they would alone and the prompt rows add a few tiles to the same launch.
-Otherwise it runs both kernels: the decode kernel over its leading one-token rows and the
-prefill kernel over the rest, each into its slice of one output. (FA3, the prefill kernel
-on SM90, reads a one-token query 2-5x slower than the decode kernel:
-benches/attention_kernels.md; a separate FA3 launch for a small chunk cost ~17 us a layer
-in Llama-3.1-8B's mixed steps.)
+`plan(attn, ...)` once per batch with host metadata in FlashInfer's CSR form (per request:
+its pages, and how many tokens its last page holds; see flashinfer_meta.PagedKVMeta),
+then `run(q, k_cache, v_cache)` per layer. Which kernels a batch runs (`core.Attn`) is the
+engine's route table's choice (engine/route.py says why each); this class runs it:
+DECODE on the decode kernels (tensor cores when the GQA group is >= 2), PREFILL on the
+prefill kernels with a causal mask aligned to the end of each request's KV (what a chunk
+after a cached prefix needs), MIXED_FA2 on one launch of FA2's prefill kernel (tensor-core
+decode is that kernel, so a mixed batch's decode rows cost what they would alone), and
+DECODE_THEN_PREFILL on the decode kernel over the leading one-token rows and the prefill
+kernel over the rest, each into its slice of one output.
+
 Decode can be captured in CUDA graphs: `init_cuda_graphs` builds one fixed-buffer wrapper per
 padded batch size, and `plan_cuda_graph` is called before capture and before every replay.
 A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always splits, then
 merges), so the sizes in `whole_kv_sizes` get a second variant that reads each request's KV
-in one piece, for batches large and even enough not to need a split: our Triton kernel
-(triton_decode.py), which starts the longest requests first and beat FlashInfer's whole-KV
-decode by 2-5% in the bulk of the offline workload and its split-KV decode by ~15% at 37
-requests.
+in one piece: our Triton kernel (triton_decode.py), which starts the longest requests first.
 
-All wrappers share one float workspace and one int workspace (device + pinned host), except
-the decode half of a mixed batch, whose plan lives beside the prefill half's and so has its
-own. That is safe because one batch runs at a time on one stream; the only hazard is the
-pinned host buffer, which a plan fills and then copies to the device asynchronously, so each
-plan first waits for the previous plan's copy (`_plan_done`). With an overlap scheduler that
-wait is for batch N-1's kernels at most, while the CPU prepares batch N+1.
+All wrappers share one float workspace and one device int workspace (`Workspace`, given to
+each through FlashInfer's `reset_workspace_buffer`), except the decode half of a
+DECODE_THEN_PREFILL batch, whose plan lives beside the prefill half's and so has its own.
+That is safe because one batch runs at a time on one stream. A plan fills a wrapper's pinned
+host buffer and copies it to the device asynchronously, so each plan first waits for the
+previous plan's copy (`Workspace.planning`). With an overlap scheduler that wait is for
+batch N-1's kernels at most, while the CPU prepares batch N+1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+from ..core import Attn
 
 if TYPE_CHECKING:
     from flashinfer import BatchDecodeWithPagedKVCacheWrapper
@@ -47,9 +45,33 @@ if TYPE_CHECKING:
 
 PrefillBackend = Literal["auto", "fa2", "fa3"]
 _WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-KV scratch size
-# A mixed batch with at most this many prompt rows runs as one FA2 launch; more, and FA3
-# (SM90) is worth its second launch for the prompt rows.
-ONE_LAUNCH_MAX_PROMPT_ROWS = 1024
+_INT_WORKSPACE_BYTES = 8 << 20  # FlashInfer's own int workspace size
+
+
+class Workspace:
+    """The scratch memory the wrappers share, and the ordering of their plans."""
+
+    def __init__(self, device: torch.device) -> None:
+        # Zeroed: FlashInfer requires a zero float workspace on first use.
+        self.float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.int_ws = torch.zeros(_INT_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self._plan_done = torch.cuda.Event()
+        self._plan_done.record()
+
+    def share(self, wrapper: Any, own_float: bool = False) -> Any:
+        """Point `wrapper` at the shared workspaces (its own float one when `own_float`)."""
+        float_ws = self.float_ws
+        if own_float:
+            float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.int_ws.device)
+        wrapper.reset_workspace_buffer(float_ws, self.int_ws)
+        return wrapper
+
+    @contextmanager
+    def planning(self) -> Iterator[None]:
+        """Around every plan: wait for the previous plan's host-to-device copy first."""
+        self._plan_done.synchronize()
+        yield
+        self._plan_done.record()
 
 
 def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device) -> str:
@@ -89,80 +111,69 @@ class FlashInferPagedAttention:
         self.use_tensor_cores = tensor_core_decode(num_qo_heads, num_kv_heads)
         assert decode_backend == "fa2" or self.use_tensor_cores, "fa3 decode needs tensor cores"
         self.decode_backend, self.kv_layout = decode_backend, kv_layout
-        # Zeroed: FlashInfer requires a zero float workspace on first use.
-        self._float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
-        self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-            self._float_ws, kv_layout, backend=self.prefill_backend
-        )
-        self._int_ws = self._prefill._int_workspace_buffer
-        self._pinned_ws = self._prefill._pin_memory_int_workspace_buffer
+        self.workspace = ws = Workspace(self.device)
+        self._prefill = ws.share(flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            ws.float_ws, kv_layout, backend=self.prefill_backend))
         self._decode = self._new_decode_wrapper()
         self._mixed_decode = self._new_decode_wrapper(own_workspace=True)
-        # A mixed batch with few prompt rows runs whole on FA2's prefill kernel, which is
-        # what tensor-core decode runs for its decode rows anyway (see `plan`).
+        # MIXED_FA2 runs on FA2's prefill kernel, which is what tensor-core decode runs for
+        # its decode rows anyway.
         self._mixed_fa2 = None
         if self.use_tensor_cores and decode_backend == "fa2":
             self._mixed_fa2 = self._prefill
             if self.prefill_backend != "fa2":
-                self._mixed_fa2 = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                    self._float_ws, kv_layout, backend="fa2"
-                )
-                self._mixed_fa2._int_workspace_buffer = self._int_ws  # shared, as below
-                self._mixed_fa2._pin_memory_int_workspace_buffer = self._pinned_ws
+                self._mixed_fa2 = ws.share(flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                    ws.float_ws, kv_layout, backend="fa2"))
         self._graphs: dict[int, BatchDecodeWithPagedKVCacheWrapper] = {}  # split-KV
         self._whole_kv: dict[int, WholeKVDecode] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
-        self._num_decode_rows = 0  # > 0: a mixed batch, `_mixed_decode` runs these rows
-        self._plan_done = torch.cuda.Event()
-        self._plan_done.record()
+        self._num_decode_rows = 0  # > 0: DECODE_THEN_PREFILL, `_mixed_decode` runs these rows
 
     def _new_decode_wrapper(
         self, own_workspace: bool = False, **graph_buffers: Any
     ) -> BatchDecodeWithPagedKVCacheWrapper:
-        """A decode wrapper on the shared workspaces, or on its own (`own_workspace`: the
-        decode half of a mixed batch, planned beside the prefill half)."""
+        """A decode wrapper on the shared workspaces, or with its own float workspace
+        (`own_workspace`: the decode half of a mixed batch, planned beside the prefill half)."""
         import flashinfer
 
-        float_ws = self._float_ws
-        if own_workspace:
-            float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
+            self.workspace.float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
             use_tensor_cores=self.use_tensor_cores, backend=self.decode_backend, **graph_buffers,
         )
-        if not own_workspace:  # share (see the module docstring)
-            wrapper._int_workspace_buffer = self._int_ws
-            wrapper._pin_memory_int_workspace_buffer = self._pinned_ws
-        return wrapper
+        return self.workspace.share(wrapper, own_float=own_workspace)
+
+    @property
+    def supports_mixed_fa2(self) -> bool:
+        """Whether Attn.MIXED_FA2 (and the mixed graphs, which run it) is available."""
+        return self._mixed_fa2 is not None
 
     def plan(
-        self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
+        self, attn: Attn, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
     ) -> None:
-        """Plan one batch (see `PagedKVMeta`; the indptrs and last-page lengths on the host,
-        the page ids preferably on the device). Host-side work; not capturable."""
-        batch_size = kv_last_page_len.numel()
-        num_decode = _leading_single_rows(qo_indptr)
-        prompt_rows = int(qo_indptr[-1]) - num_decode
-        self._plan_done.synchronize()
-        self._num_decode_rows = 0
-        if num_decode == batch_size:
-            self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
-        elif num_decode == 0:
-            self._plan_prefill(self._prefill, qo_indptr, kv_indptr, kv_indices,
-                               kv_last_page_len)
-        elif self._mixed_fa2 is not None and prompt_rows <= ONE_LAUNCH_MAX_PROMPT_ROWS:
-            self._plan_prefill(self._mixed_fa2, qo_indptr, kv_indptr, kv_indices,
-                               kv_last_page_len)
-        else:  # decodes first, then prompt chunks: each half on its own kernel
-            d, first_page = num_decode, int(kv_indptr[num_decode])
-            self._plan_decode(self._mixed_decode, kv_indptr[: d + 1], kv_indices[:first_page],
-                              kv_last_page_len[:d])
-            self._plan_prefill(self._prefill, qo_indptr[d:] - d, kv_indptr[d:] - first_page,
-                               kv_indices[first_page:], kv_last_page_len[d:])
-            self._num_decode_rows = d
-        self._plan_done.record()
+        """Plan one batch to run `attn` (see `PagedKVMeta`; the indptrs and last-page lengths
+        on the host, the page ids preferably on the device). Host-side work; not capturable."""
+        with self.workspace.planning():
+            self._num_decode_rows = 0
+            if attn is Attn.DECODE:
+                self._plan_decode(self._decode, kv_indptr, kv_indices, kv_last_page_len)
+            elif attn is Attn.PREFILL:
+                self._plan_prefill(self._prefill, qo_indptr, kv_indptr, kv_indices,
+                                   kv_last_page_len)
+            elif attn is Attn.MIXED_FA2:
+                assert self._mixed_fa2 is not None, "MIXED_FA2 needs tensor-core decode"
+                self._plan_prefill(self._mixed_fa2, qo_indptr, kv_indptr, kv_indices,
+                                   kv_last_page_len)
+            else:  # decodes first, then prompt chunks: each half on its own kernel
+                assert attn is Attn.DECODE_THEN_PREFILL, f"not an eager attention: {attn}"
+                d = _leading_single_rows(qo_indptr)
+                first_page = int(kv_indptr[d])
+                self._plan_decode(self._mixed_decode, kv_indptr[: d + 1],
+                                  kv_indices[:first_page], kv_last_page_len[:d])
+                self._plan_prefill(self._prefill, qo_indptr[d:] - d, kv_indptr[d:] - first_page,
+                                   kv_indices[first_page:], kv_last_page_len[d:])
+                self._num_decode_rows = d
 
     def _plan_prefill(
         self, wrapper: Any, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
@@ -257,18 +268,17 @@ class FlashInferPagedAttention:
         before every replay of it; `run` then uses that size's wrapper (the whole-KV kernel
         when not `split_kv`)."""
         bs = kv_last_page_len.numel()
-        self._plan_done.synchronize()
-        self._num_decode_rows = 0
-        if split_kv:
-            self._plan_decode(self._graphs[bs], kv_indptr, kv_indices, kv_last_page_len)
-        else:
-            assert self._graph_bufs is not None
-            buf = self._graph_bufs[1][: kv_indices.numel()]
-            if buf.data_ptr() != kv_indices.data_ptr():  # else filled in place already
-                buf.copy_(kv_indices, non_blocking=True)
-            self._whole_kv[bs].plan(kv_indptr, kv_last_page_len)
-            self._active = self._whole_kv[bs]
-        self._plan_done.record()
+        with self.workspace.planning():
+            self._num_decode_rows = 0
+            if split_kv:
+                self._plan_decode(self._graphs[bs], kv_indptr, kv_indices, kv_last_page_len)
+            else:
+                assert self._graph_bufs is not None
+                buf = self._graph_bufs[1][: kv_indices.numel()]
+                if buf.data_ptr() != kv_indices.data_ptr():  # else filled in place already
+                    buf.copy_(kv_indices, non_blocking=True)
+                self._whole_kv[bs].plan(kv_indptr, kv_last_page_len)
+                self._active = self._whole_kv[bs]
 
     def jit_specs(self) -> list[JitSpec]:
         """The FlashInfer JIT modules this configuration uses (for flashinfer_jit.build_jit)."""

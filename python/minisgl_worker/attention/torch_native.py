@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core import Batch, get_global_ctx
+from ..context import get_global_ctx
+from ..core import Attn, Batch, Route
 from ..kvcache import MHAKVPool
-from .base import BaseAttnBackend, Rope, rope_and_store
+from .base import BaseAttnBackend, Rope
+from .rope_store import rope_and_store
 
 
 @dataclass
@@ -42,8 +44,10 @@ class TorchNativeBackend(BaseAttnBackend):
         self.kv_pool = kv_pool
         self.page_table = page_table  # (max_running, max_context) int, slot per position
         self.scale = scale
+        self._meta: TorchNativeMetadata | None = None
 
-    def prepare_metadata(self, batch: Batch) -> None:
+    def prepare(self, batch: Batch, route: Route) -> None:
+        assert route.attn is Attn.TORCH, f"torch-native attention cannot run {route}"
         device = self.page_table.device
         extends: list[_Extend] = []
         dec_index: list[int] = []
@@ -62,8 +66,7 @@ class TorchNativeBackend(BaseAttnBackend):
                 mask = torch.arange(length, device=device)[None, :] <= pos[:, None]
                 extends.append(_Extend(start, start + n, slots, None if n == length else mask))
             start += n
-        batch.attn_metadata = TorchNativeMetadata(extends, self._decodes(dec_index, dec_lens,
-                                                                        dec_rows))
+        self._meta = TorchNativeMetadata(extends, self._decodes(dec_index, dec_lens, dec_rows))
 
     def _decodes(self, index: list[int], lens: list[int], rows: list[int]) -> _Decodes | None:
         if not index:
@@ -82,7 +85,8 @@ class TorchNativeBackend(BaseAttnBackend):
         rope: Rope | None = None,
     ) -> torch.Tensor:
         batch = get_global_ctx().batch
-        meta: TorchNativeMetadata = batch.attn_metadata
+        meta = self._meta
+        assert meta is not None, "prepare() a batch first"
         q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         k_all, v_all = self.kv_pool.k_slots(layer_id), self.kv_pool.v_slots(layer_id)
         out = torch.empty_like(q)

@@ -24,14 +24,17 @@ class EngineConfig:
     chunk_size: int = 8192  # the scheduler's prefill token budget: sizes the profiled forward
     cuda_graph_max_bs: int = -1  # -1: 256 on GPUs with >= 80 GiB, else 128; 0: no graphs
     # Batches with prompt tokens (prefill, mixed) of up to this many tokens, or of exactly
-    # chunk_size, replay piecewise CUDA graphs (engine/piecewise.py; FlashInfer with
+    # chunk_size, replay piecewise CUDA graphs (engine/graphs/piecewise.py; FlashInfer with
     # bf16/fp16); -1: 512; 0: none.
     cuda_graph_max_tokens: int = -1
-    # Mixed steps (decodes and prompt chunks, enough requests: mixed.py's can_run) of up to
-    # this many tokens replay whole CUDA graphs, attention included (engine/mixed.py; needs
+    # Mixed steps (decodes and prompt chunks, enough requests: engine/route.py) of up to
+    # this many tokens replay whole CUDA graphs, attention included (engine/graphs/mixed.py; needs
     # the piecewise graphs, capped at cuda_graph_max_tokens); 0: none (they take steps
     # through the piecewise graphs instead).
     cuda_graph_mixed_tokens: int = 256
+    # The GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with PDL
+    # by size, layers/gemm.py) | cublas (everywhere).
+    gemm: str = "auto"
 
     def __post_init__(self) -> None:
         assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"
@@ -41,6 +44,7 @@ class EngineConfig:
         assert self.cuda_graph_max_bs >= -1
         assert self.cuda_graph_max_tokens in (-1, 0) or self.cuda_graph_max_tokens >= 16, (
             f"cuda_graph_max_tokens must be -1, 0 or >= 16; got {self.cuda_graph_max_tokens}")
+        assert self.gemm in ("auto", "cublas"), f"gemm must be auto or cublas; got {self.gemm!r}"
         assert self.cuda_graph_mixed_tokens == 0 or self.cuda_graph_mixed_tokens >= 16, (
             f"cuda_graph_mixed_tokens must be 0 or >= 16; got {self.cuda_graph_mixed_tokens}")
 
@@ -67,18 +71,15 @@ class EngineConfig:
             return self.max_running
         return 256 if device.type == "cuda" else 32
 
-    def resolve_graph_max_bs(self, device: torch.device, max_running: int) -> int:
-        if device.type != "cuda":
-            return 0
+    def resolve_graph_max_bs(self, gpu_memory: int, max_running: int) -> int:
+        """On a GPU of `gpu_memory` bytes: the largest decode graph's batch."""
         bs = self.cuda_graph_max_bs
         if bs < 0:
-            total = torch.cuda.get_device_properties(device).total_memory
-            bs = 256 if total >= 80 << 30 else 128
+            bs = 256 if gpu_memory >= 80 << 30 else 128
         return min(bs, max_running)
 
-    def resolve_graph_max_tokens(self, device: torch.device) -> int:
-        if device.type != "cuda":
-            return 0
+    def resolve_graph_max_tokens(self) -> int:
+        """On a GPU: the largest piecewise bucket below the chunk size (0: none)."""
         return 512 if self.cuda_graph_max_tokens < 0 else self.cuda_graph_max_tokens
 
     def resolve_graph_mixed_tokens(self, graph_max_tokens: int) -> int:

@@ -18,9 +18,11 @@ import torch
 from torch import nn
 
 from ..attention import create_attention_backend
-from ..core import Batch, Context, Req, SamplingParams, clear_global_ctx, set_global_ctx
+from ..context import Context, clear_global_ctx, set_global_ctx
+from ..core import Batch, Req, SamplingParams
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig
+from .route import RouteTable
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +37,8 @@ class MemoryPlan(NamedTuple):
 
 
 def profile_forward(
-    model: nn.Module, cfg: ModelConfig, backend_name: str, dtype: torch.dtype,
-    device: torch.device, page_size: int, extend_lens: list[int],
+    model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable,
+    dtype: torch.dtype, device: torch.device, page_size: int, extend_lens: list[int],
 ) -> int:
     """Peak bytes allocated by one forward of a batch of fresh requests extending by
     `extend_lens` (on a throwaway KV pool just big enough), logits of each last token."""
@@ -60,13 +62,13 @@ def profile_forward(
                   positions=torch.cat([torch.arange(n, device=device) for n in extend_lens]),
                   out_loc=torch.cat(locs), extend_lens=list(extend_lens), sample_reqs=reqs)
     indices = torch.tensor(batch.last_token_indices, device=device)
-    ctx = Context(backend, pool)
+    ctx = Context(backend)
     set_global_ctx(ctx)
     try:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        backend.prepare_metadata(batch)
+        backend.prepare(batch, routes.eager(batch))
         with torch.inference_mode(), ctx.forward_batch(batch):
             model(batch.input_ids, batch.positions, indices)
         torch.cuda.synchronize(device)
@@ -78,22 +80,22 @@ def profile_forward(
 
 
 def plan_kv_memory(
-    model: nn.Module, cfg: ModelConfig, backend_name: str, dtype: torch.dtype,
+    model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable, dtype: torch.dtype,
     device: torch.device, page_size: int, chunk_size: int, graph_bs: int,
     graph_sizes: list[int], max_running: int, fraction: float,
 ) -> MemoryPlan:
     prefill_tokens = min(chunk_size, cfg.max_context)
-    prefill_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
+    prefill_peak = profile_forward(model, cfg, backend_name, routes, dtype, device, page_size,
                                    [prefill_tokens])
     graph_reserve = 0
     if graph_bs:
-        decode_peak = profile_forward(model, cfg, backend_name, dtype, device, page_size,
+        decode_peak = profile_forward(model, cfg, backend_name, routes, dtype, device, page_size,
                                       [1] * graph_bs)
         graph_reserve = decode_peak + 4 * graph_bs * cfg.vocab_size * 4  # + sampler temps
     if graph_sizes:  # the piecewise buckets (piece_sizes); the largest is often the chunk
         top = max(graph_sizes)
         graph_reserve += prefill_peak if top == prefill_tokens else profile_forward(
-            model, cfg, backend_name, dtype, device, page_size, [top])
+            model, cfg, backend_name, routes, dtype, device, page_size, [top])
         graph_reserve += sum(graph_sizes) * cfg.hidden_size * dtype.itemsize
     free, total = torch.cuda.mem_get_info(device)
     in_use = total - free

@@ -32,27 +32,6 @@ class MHAKVPool:
     def v_slots(self, layer: int) -> torch.Tensor:
         return self.v[layer].view(-1, *self.v.shape[3:])
 
-    def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py)."""
-        if k.is_cuda:
-            from .store import store_kv
-
-            store_kv(self.k[layer], self.v[layer], loc, k, v)
-        else:
-            self.k_slots(layer)[loc] = k
-            self.v_slots(layer)[loc] = v
-
-    def rope_store(self, layer: int, loc: torch.Tensor, positions: torch.Tensor,
-                   cos_sin: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
-                   q_out: torch.Tensor | None = None) -> None:
-        """CUDA only: (per-head RMSNorm and) RoPE on q (into q_out, default in place) and
-        on k, fused with `store` (store.py)."""
-        from .store import rope_store_kv
-
-        rope_store_kv(self.k[layer], self.v[layer], loc, positions, cos_sin, q, k, v, qk_norm,
-                      q_out)
-
     @staticmethod
     def bytes_per_token(
         num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype

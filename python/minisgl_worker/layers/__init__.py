@@ -2,6 +2,7 @@
 
 from .activation import silu_and_mul
 from .embedding import LMHead, VocabParallelEmbedding
+from .kernels import Gemm, Kernels
 from .linear import (
     ColumnParallelLinear,
     MergedColumnParallelLinear,
@@ -13,6 +14,8 @@ from .rotary import RopeScaling, RotaryEmbedding
 
 __all__ = [
     "ColumnParallelLinear",
+    "Gemm",
+    "Kernels",
     "LMHead",
     "MergedColumnParallelLinear",
     "QKVParallelLinear",

@@ -11,20 +11,19 @@ unless cuBLAS beats it by more than PDL_CREDIT_US; GEMMs that take cuBLAS more t
 LAUNCH_BOUND_US stay on cuBLAS. Batches of other sizes up to the largest tuned one use the
 choice of the next larger tuned size; larger ones use cuBLAS. Measured on the H200
 (benches/RESULTS.md, `benches/cutlass_gemm.py`): Qwen3-0.6B's layer chain without attention
-4-5 us a layer faster at M <= 128, ~1 us at 256; its offline run ~3% faster. The choice is
-timed anew at each start, so two starts may pick different kernels for a size, whose
-outputs differ by bf16 rounding.
-
-`MINISGL_SM90_GEMM=0` keeps cuBLAS everywhere (for debugging)."""
+4-5 us a layer faster at M <= 128, ~1 us at 256; its offline run ~3% faster. Timing can
+round either way between close candidates, so the choice is made once per GPU, shapes and
+library versions and kept on disk (gemm_choice.py): two starts run the same kernels.
+`--gemm cublas` keeps cuBLAS everywhere."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,8 +63,7 @@ def module_name() -> str:
 
 def supported(device: torch.device, dtype: torch.dtype) -> bool:
     return (device.type == "cuda" and dtype == torch.bfloat16
-            and torch.cuda.get_device_capability(device) == (9, 0)
-            and os.environ.get("MINISGL_SM90_GEMM", "1") != "0")
+            and torch.cuda.get_device_capability(device) == (9, 0))
 
 
 def jit_spec() -> JitSpec:
@@ -94,10 +92,15 @@ def batch_tile(config: str) -> int:
     return cols if swap else rows
 
 
+# (N, K) -> batch size -> a configuration, or None: cuBLAS
+Choices = dict[tuple[int, int], dict[int, str | None]]
+TimeUs = Callable[[Callable[[torch.Tensor], object], list[torch.Tensor]], float]
+
+
 class Sm90Gemm:
     """`gemm(x, w)` = F.linear(x, w) for x (M, K) and w (N, K), bf16, contiguous."""
 
-    def __init__(self, module: object, choices: dict[tuple[int, int], dict[int, str | None]]):
+    def __init__(self, module: object, choices: Choices):
         self.module = module
         # (N, K) -> (sorted tuned Ms, the choice at each: a configuration or None = cuBLAS)
         self.table = {shape: (sorted(by_m), [by_m[m] for m in sorted(by_m)])
@@ -120,37 +123,40 @@ class Sm90Gemm:
         return out
 
     @classmethod
-    def tune(cls, module: object, weights: Iterable[torch.Tensor], sizes: list[int]) -> Sm90Gemm:
-        """Choose per weight shape and batch size in `sizes` (see the module docstring)."""
+    def tune(cls, module: object, weights: dict[tuple[int, int], list[torch.Tensor]],
+             sizes: list[int], time_us: TimeUs | None = None) -> Choices:
+        """Choose per weight shape (N, K) -> the weights of that shape, and per batch size in
+        `sizes` (see the module docstring); `time_us(fn, weights)`: the mean time of fn(w)
+        over them (`time_graph_us` on the GPU)."""
+        time_us = time_us or time_graph_us
         t0 = time.perf_counter()
-        by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
-        for w in weights:
-            if w.shape[0] % 8 == 0 and w.shape[1] % 8 == 0:  # TMA: 16-byte rows (else cuBLAS)
-                by_shape.setdefault((w.shape[0], w.shape[1]), []).append(w)
         gemm = cls(module, {})
-        choices: dict[tuple[int, int], dict[int, str | None]] = {}
+        choices: Choices = {}
         kept = 0
-        for (n, k), ws in by_shape.items():
+        for (n, k), ws in weights.items():
             choices[n, k] = {}
+            if n % 8 or k % 8:  # TMA loads 16-byte rows: cuBLAS
+                continue
             for m in sizes:
                 x = torch.randn(m, k, dtype=ws[0].dtype, device=ws[0].device)
-                t_cublas = _time_us(lambda w, x=x: F.linear(x, w), ws)
+                t_cublas = time_us(partial(F.linear, x), ws)
                 if t_cublas > LAUNCH_BOUND_US:
                     choices[n, k][m] = None
                     continue
-                times = {c: _time_us(lambda w, c=c, x=x: gemm.run(c, x, w), ws)
+                times = {c: time_us(partial(gemm.run, c, x), ws)
                          for c in CONFIGS if batch_tile(c) <= max(64, 2 * m)}
                 best = min(times, key=times.__getitem__)
                 pick = best if times[best] <= t_cublas + PDL_CREDIT_US else None
                 choices[n, k][m] = pick
                 kept += pick is not None
         logger.info("GEMMs: CUTLASS with PDL for %d of %d (shape, batch size) pairs, cuBLAS "
-                    "for the rest; tuned in %.1f s", kept, len(sizes) * len(by_shape),
+                    "for the rest; timed in %.1f s", kept, len(sizes) * len(weights),
                     time.perf_counter() - t0)
-        return cls(module, choices)
+        return choices
 
 
-def _time_us(fn, weights: list[torch.Tensor], replays: int = 3) -> float:
+def time_graph_us(fn: Callable[[torch.Tensor], object], weights: list[torch.Tensor],
+                  replays: int = 3) -> float:
     """Mean GPU time of `fn(w)` over `weights` in one CUDA graph (each weight read from HBM
     when together they outsize the L2 cache, as a model's layers do)."""
     fn(weights[0])  # a first call outside the capture

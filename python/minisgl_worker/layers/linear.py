@@ -1,18 +1,18 @@
 """Column/row-parallel linears. A column-parallel layer holds `out / tp` rows of the full
 weight, a row-parallel one `in / tp` columns and all-reduces its output (a no-op at tp=1).
 Weights are loaded through `load(name_shard, tensor)` which does the TP slicing, so the
-model file never sees tensor parallelism. A bias-free layer runs its matmul through `gemm`
-when the engine sets one (gemm.py's tuned choice of cuBLAS or CUTLASS on Hopper)."""
+model file never sees tensor parallelism. A bias-free layer runs its matmul through the
+`gemm` it is built with (kernels.Kernels.gemm: gemm.py's tuned choice of cuBLAS or CUTLASS on
+Hopper), else F.linear."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..distributed import get_tp_info
+from .kernels import Gemm
 
 
 def _split(n: int, tp: int, what: str) -> int:
@@ -21,16 +21,17 @@ def _split(n: int, tp: int, what: str) -> int:
 
 
 class ColumnParallelLinear(nn.Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False,
+                 gemm: Gemm | None = None) -> None:
         super().__init__()
         tp = get_tp_info()
         self.out_local = _split(out_features, tp.size, "out_features")
         self.weight = nn.Parameter(torch.empty(self.out_local, in_features))
         self.bias = nn.Parameter(torch.empty(self.out_local)) if bias else None
-        self.gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.gemm = None if bias else gemm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gemm is not None and self.bias is None:
+        if self.gemm is not None:
             return self.gemm(x, self.weight)
         return F.linear(x, self.weight, self.bias)
 
@@ -53,8 +54,9 @@ class ColumnParallelLinear(nn.Module):
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel outputs in one matmul, e.g. [gate | up]."""
 
-    def __init__(self, in_features: int, out_sizes: dict[str, int], bias: bool = False) -> None:
-        super().__init__(in_features, sum(out_sizes.values()), bias)
+    def __init__(self, in_features: int, out_sizes: dict[str, int], bias: bool = False,
+                 gemm: Gemm | None = None) -> None:
+        super().__init__(in_features, sum(out_sizes.values()), bias, gemm)
         tp = get_tp_info().size
         self.offsets: dict[str, int] = {}
         offset = 0
@@ -69,21 +71,23 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 
 class QKVParallelLinear(MergedColumnParallelLinear):
     def __init__(
-        self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool
+        self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool,
+        gemm: Gemm | None = None,
     ) -> None:
         sizes = {"q": num_heads * head_dim, "k": num_kv_heads * head_dim}
         sizes["v"] = sizes["k"]
-        super().__init__(hidden, sizes, bias)
+        super().__init__(hidden, sizes, bias, gemm)
 
 
 class RowParallelLinear(nn.Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False,
+                 gemm: Gemm | None = None) -> None:
         super().__init__()
         tp = get_tp_info()
         self.in_local = _split(in_features, tp.size, "in_features")
         self.weight = nn.Parameter(torch.empty(out_features, self.in_local))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self.gemm = None if bias else gemm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x, self.weight) if self.gemm is None else self.gemm(x, self.weight)

@@ -7,14 +7,14 @@ from . import cuda_ops
 
 
 class RMSNorm(nn.Module):
-    """Torch-native by default; `fused = True` (set by the model on the CUDA/FlashInfer path)
-    runs FlashInfer's kernels, the add-and-norm one in place."""
+    """Torch-native, or FlashInfer's kernels when `fused` (CUDA, bf16/fp16), the add-and-norm
+    one in place."""
 
-    def __init__(self, size: int, eps: float) -> None:
+    def __init__(self, size: int, eps: float, fused: bool = False) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(size))
-        self.fused = False
+        self.fused = fused
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         # Normalize in float32 like the reference implementation, then cast back.

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import cuda_ops
-
 
 @dataclass(frozen=True, slots=True)
 class RopeScaling:
@@ -87,23 +85,23 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> tuple
 class RotaryEmbedding(nn.Module):
     cos: torch.Tensor  # (max_positions, D/2) float32 buffers, never cast to the model dtype
     sin: torch.Tensor
-    cos_sin: torch.Tensor | None  # (max_positions, D) float32, FlashInfer's layout (fused)
+    cos_sin: torch.Tensor | None  # (max_positions, D) float32, cos | sin: the fused kernel's
 
     def __init__(
-        self, head_dim: int, max_positions: int, theta: float, scaling: RopeScaling
+        self, head_dim: int, max_positions: int, theta: float, scaling: RopeScaling,
+        fused: bool = False,
     ) -> None:
+        """fused: the attention backend applies it in the fused qk-norm + RoPE + KV-store
+        kernel (CUDA, attention/store.py), which reads `cos_sin`; else `forward` (torch)."""
         super().__init__()
         inv, factor = rope_frequencies(head_dim, theta, scaling)
         t = torch.arange(max_positions, dtype=torch.float32)
         freqs = torch.outer(t, inv.to(t.device))  # (P, D/2)
         self.register_buffer("cos", freqs.cos() * factor, persistent=False)
         self.register_buffer("sin", freqs.sin() * factor, persistent=False)
-        self.cos_sin = None
-
-    def use_fused(self) -> None:
-        """Build the cache the fused RoPE + KV-store kernel reads (CUDA, kvcache/store.py;
-        attention backends take that path whenever it is set)."""
-        self.cos_sin = cuda_ops.cos_sin_cache(self.cos, self.sin)
+        self.fused = fused
+        # Not a buffer: nothing casts it (float32, as the kernel reads it).
+        self.cos_sin = torch.cat((self.cos, self.sin), dim=-1).contiguous() if fused else None
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 
+from ..layers import Kernels
 from .config import ModelConfig
-from .llama import LlamaForCausalLM
+from .llama import LlamaForCausalLM, linear_shapes
 from .weights import init_random, load_safetensors
 
-__all__ = ["LlamaForCausalLM", "ModelConfig", "create_model"]
+__all__ = ["LlamaForCausalLM", "ModelConfig", "create_model", "linear_shapes"]
 
 
 @contextmanager
@@ -27,15 +28,16 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 def create_model(
     path: str | Path, cfg: ModelConfig, dtype: torch.dtype, device: torch.device,
-    load_format: str = "safetensors",
+    load_format: str = "safetensors", kernels: Kernels | None = None,
 ) -> LlamaForCausalLM:
     """Build directly on the device in the model dtype (an 8B model never exists in float32
     or on the host), then load into it or fill it with random weights there. The RoPE
     cos/sin cache is created in float32 explicitly. (Llama, Mistral, Qwen2 and Qwen3 share
-    one class; they differ only in config flags.)"""
+    one class; they differ only in config flags.) `kernels`: what the layers run (torch ops
+    by default)."""
     assert load_format in ("safetensors", "dummy"), f"unknown load_format {load_format!r}"
     with torch.device(device), _default_dtype(dtype):
-        model = LlamaForCausalLM(cfg)
+        model = LlamaForCausalLM(cfg, kernels)
     if load_format == "dummy":
         init_random(model)
     else:

@@ -1,5 +1,8 @@
 """Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with qk-norm).
-Module names follow HF except the merged `qkv_proj` and `gate_up_proj` (see weights.py)."""
+Module names follow HF except the merged `qkv_proj` and `gate_up_proj` (see weights.py).
+Every layer is built with its kernels (`Kernels`: fused FlashInfer ops or torch, the GEMM of
+the bias-free linears); attention, with qk-norm, RoPE and the KV store, is the attention
+backend's (the forward context's)."""
 
 from __future__ import annotations
 
@@ -7,9 +10,10 @@ import torch
 from torch import nn
 
 from ..attention.base import Rope
-from ..core import get_global_ctx
+from ..context import get_global_ctx
 from ..distributed import get_tp_info
 from ..layers import (
+    Kernels,
     LMHead,
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -23,7 +27,8 @@ from .config import ModelConfig
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding,
+                 kernels: Kernels) -> None:
         super().__init__()
         tp = get_tp_info().size
         self.layer_id = layer_id
@@ -31,9 +36,12 @@ class LlamaAttention(nn.Module):
         self.num_heads = cfg.num_heads // tp
         self.num_kv_heads = max(1, cfg.num_kv_heads // tp)
         self.qkv_proj = QKVParallelLinear(
-            cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias
+            cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias,
+            kernels.gemm,
         )
-        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, cfg.o_bias)
+        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size,
+                                        cfg.o_bias, kernels.gemm)
+        # Applied by the backend (in the fused RoPE kernel when kernels.fused), read as weights.
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.rotary = rotary  # shared by every layer
@@ -55,26 +63,28 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels) -> None:
         super().__init__()
         inter = cfg.intermediate_size
         self.gate_up_proj = MergedColumnParallelLinear(
-            cfg.hidden_size, {"gate": inter, "up": inter}
+            cfg.hidden_size, {"gate": inter, "up": inter}, gemm=kernels.gemm
         )
-        self.down_proj = RowParallelLinear(inter, cfg.hidden_size)
-        self.fused = False
+        self.down_proj = RowParallelLinear(inter, cfg.hidden_size, gemm=kernels.gemm)
+        self.fused = kernels.fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x), self.fused))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding,
+                 kernels: Kernels) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(cfg, layer_id, rotary)
-        self.mlp = LlamaMLP(cfg)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        fused = kernels.fused
+        self.self_attn = LlamaAttention(cfg, layer_id, rotary, kernels)
+        self.mlp = LlamaMLP(cfg, kernels)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, fused)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, fused)
 
     def forward(
         self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None
@@ -86,14 +96,15 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_context, cfg.rope_theta, cfg.rope_scaling)
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_context, cfg.rope_theta,
+                                 cfg.rope_scaling, kernels.fused)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers)
+            LlamaDecoderLayer(cfg, i, rotary, kernels) for i in range(cfg.num_layers)
         )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels.fused)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None
@@ -103,21 +114,14 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.model = LlamaModel(cfg)
+        self.kernels = kernels = kernels or Kernels()
+        self.model = LlamaModel(cfg, kernels)
         self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-
-    def use_fused_ops(self) -> None:
-        """Run RMSNorm, RoPE and SiLU-and-mul as FlashInfer kernels (CUDA, bf16/fp16)."""
-        for module in self.modules():
-            if isinstance(module, (RMSNorm, LlamaMLP)):
-                module.fused = True
-            elif isinstance(module, RotaryEmbedding) and module.cos_sin is None:
-                module.use_fused()
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, logits_indices: torch.Tensor,
@@ -134,3 +138,19 @@ class LlamaForCausalLM(nn.Module):
         """The LM head on the rows `indices` of the final hidden states (T, H) -> (B, V)
         (the piecewise graphs run the decoder stack, `self.model`, and then this)."""
         return self.lm_head(hidden[indices], out=out)
+
+
+def linear_shapes(cfg: ModelConfig) -> dict[tuple[int, int], int]:
+    """The (N, K) weight shapes of the model's bias-free linears -> how many layers hold each
+    (what the GEMM choice is timed over before the model exists)."""
+    tp = get_tp_info().size
+    q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
+        cfg.intermediate_size
+    shapes: dict[tuple[int, int], int] = {}
+    linears = [((q + 2 * kv) // tp, cfg.hidden_size, cfg.qkv_bias),
+               (cfg.hidden_size, q // tp, cfg.o_bias),
+               (2 * inter // tp, cfg.hidden_size, False), (cfg.hidden_size, inter // tp, False)]
+    for n, k, bias in linears:
+        if not bias:
+            shapes[n, k] = shapes.get((n, k), 0) + cfg.num_layers
+    return shapes

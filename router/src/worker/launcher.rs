@@ -35,6 +35,7 @@ pub struct LaunchSpec {
     pub cuda_graph_max_bs: Option<u32>,
     pub cuda_graph_max_tokens: Option<u32>,
     pub attention_backend: Option<&'static str>,
+    pub gemm: Option<&'static str>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -85,6 +86,7 @@ impl LaunchSpec {
                 number(self.cuda_graph_max_tokens),
             ),
             ("--attention-backend", name(self.attention_backend)),
+            ("--gemm", name(self.gemm)),
         ];
         for (flag, value) in optional {
             if let Some(value) = value {
@@ -267,6 +269,7 @@ mod tests {
             cuda_graph_max_bs: Some(0),
             cuda_graph_max_tokens: None,
             attention_backend: Some("torch"),
+            gemm: Some("cublas"),
             count,
         }
     }
@@ -326,7 +329,9 @@ mod tests {
                 "--cuda-graph-max-bs",
                 "0",
                 "--attention-backend",
-                "torch"
+                "torch",
+                "--gemm",
+                "cublas"
             ]
         );
     }

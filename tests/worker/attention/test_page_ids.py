@@ -23,7 +23,7 @@ CASES = 12
 
 
 def check() -> None:
-    from minisgl_worker.attention.flashinfer_backend import gather_pages, paged_kv_meta
+    from minisgl_worker.attention.flashinfer_meta import gather_pages, paged_kv_meta
     from minisgl_worker.attention.page_ids import gather_page_ids
 
     rng = random.Random(0)

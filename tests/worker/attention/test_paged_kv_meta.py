@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import torch
-from minisgl_worker.attention.flashinfer_backend import paged_kv_meta
+from minisgl_worker.attention.flashinfer_meta import paged_kv_meta
 
 
 def test_paged_kv_meta_matches_per_request_slices() -> None:

@@ -24,7 +24,7 @@ CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
 
 
 def check() -> None:
-    from minisgl_worker.attention.flashinfer_backend import PagedKVMeta
+    from minisgl_worker.attention.flashinfer_meta import PagedKVMeta
     from minisgl_worker.attention.triton_decode import WholeKVDecode
 
     from tests.gpu.paged import reference_attention

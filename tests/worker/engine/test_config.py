@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from minisgl_worker.__main__ import parse_args
 from minisgl_worker.engine import EngineConfig
-from minisgl_worker.engine.piecewise import bucket_for, piece_sizes
+from minisgl_worker.engine.route import bucket_for, piece_sizes
 
 
 @pytest.mark.parametrize(("field", "allowed", "bad"), [
@@ -19,13 +18,17 @@ def test_graph_token_limits_out_of_range_name_the_field(field: str, allowed: str
         EngineConfig("m", **{field: bad})
 
 
-def test_cuda_graph_max_tokens_resolves_per_device() -> None:
-    assert EngineConfig("m").resolve_graph_max_tokens(torch.device("cuda")) == 512
-    assert EngineConfig("m", cuda_graph_max_tokens=64).resolve_graph_max_tokens(
-        torch.device("cuda")) == 64
-    assert EngineConfig("m", cuda_graph_max_tokens=0).resolve_graph_max_tokens(
-        torch.device("cuda")) == 0
-    assert EngineConfig("m").resolve_graph_max_tokens(torch.device("cpu")) == 0
+def test_cuda_graph_max_tokens_resolves_on_a_gpu() -> None:
+    assert EngineConfig("m").resolve_graph_max_tokens() == 512
+    assert EngineConfig("m", cuda_graph_max_tokens=64).resolve_graph_max_tokens() == 64
+    assert EngineConfig("m", cuda_graph_max_tokens=0).resolve_graph_max_tokens() == 0
+
+
+def test_cuda_graph_max_bs_resolves_by_gpu_memory() -> None:
+    assert EngineConfig("m").resolve_graph_max_bs(141 << 30, 256) == 256
+    assert EngineConfig("m").resolve_graph_max_bs(40 << 30, 256) == 128
+    assert EngineConfig("m").resolve_graph_max_bs(141 << 30, 64) == 64
+    assert EngineConfig("m", cuda_graph_max_bs=0).resolve_graph_max_bs(141 << 30, 256) == 0
 
 
 def test_cuda_graph_mixed_tokens_resolves_under_the_piecewise_limit() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from minisgl_worker.core import Batch
-from minisgl_worker.engine.static_inputs import StaticInputs
+from minisgl_worker.engine.graphs.capture import StaticInputs
 
 DUMMY = 160  # the pool's dummy page 10 at page size 16
 
