@@ -71,7 +71,7 @@ def main() -> None:
     p.add_argument("--mixed-graph-tokens", type=int,
                    default=None,
                    help="EngineConfig.cuda_graph_mixed_tokens: whole CUDA graphs for mixed steps "
-                        "of up to this many tokens (engine/mixed.py); 0: none "
+                        "of up to this many tokens (engine/graphs/mixed.py); 0: none "
                         "(default: EngineConfig's)")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
@@ -86,21 +86,23 @@ def main() -> None:
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     rows = []
-    sched, routes = llm.scheduler, llm.engine.routes
-    # "/piecewise": the same engine with its mixed-step graphs left out of the route table
-    piecewise = dataclasses.replace(routes, sizes=dataclasses.replace(routes.sizes, mixed=[]))
+    sched, engine = llm.scheduler, llm.engine
+    routes = engine.routes if "/" in args.configs else None  # only "/piecewise" touches it
     for config in args.configs.split(",") if args.configs else [""]:
         config, _, variant = config.partition("/")
         assert variant in ("", "piecewise"), f"unknown variant /{variant}"
         if config:
             sched.budget = step_budget(config, sched.budget.chunk_size)
-        llm.engine.routes = piecewise if variant else routes
+        if routes is not None:  # "/piecewise": the mixed-step graphs left out of the table
+            engine.routes = dataclasses.replace(routes, sizes=dataclasses.replace(
+                routes.sizes, mixed=[])) if variant else routes
         b = sched.budget
         label = f"{b.policy}:{b.mixed_chunk_size}" + (
             f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "") + (
             f"/{variant}" if variant else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
-    llm.engine.routes = routes
+    if routes is not None:
+        engine.routes = routes
     overlap = llm.scheduler.overlap
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
           f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "

@@ -150,7 +150,7 @@ def main() -> None:
     p.add_argument("--mixed-graph-tokens", type=int,
                    default=None,
                    help="whole CUDA graphs for mixed steps of up to this many tokens "
-                        "(EngineConfig.cuda_graph_mixed_tokens, engine/mixed.py); 0: none "
+                        "(EngineConfig.cuda_graph_mixed_tokens, engine/graphs/mixed.py); 0: none "
                         "(default: EngineConfig's)")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")

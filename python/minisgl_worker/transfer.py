@@ -5,7 +5,7 @@ the page-table writes, the decode plan's sizes, the sampler's seeds. A pinned co
 the compute stream waits for the kernels before it, and the kernel after it waits for the
 copy: a torch.profiler trace of the offline workload showed ~2.4 us of copy plus 4-8 us of
 idle on either side of each, five a decode step, all between one step's LM head and the
-next step's graph (benches/RESULTS.md, "Between two decode steps").
+next step's graph (benches/HISTORY.md, "Between two decode steps").
 
 Here the copy runs on a side stream, one per device, and starts as soon as the host issues
 it, under the previous step's kernels; the compute stream only waits for its event. The
@@ -38,7 +38,7 @@ def to_device_packed(arrays: Sequence[HostValues], device: torch.device) -> list
     """Several host arrays on the device as int64 views of one buffer: one copy instead of
     one each. Each view starts 16-byte aligned: Triton specializes kernels on their
     pointers' alignment, and a misaligned view cost a second compile (~0.15 s) of the RoPE
-    + KV-store kernel in the middle of a run (RESULTS.md, "Latest")."""
+    + KV-store kernel in the middle of a run (benches/HISTORY.md)."""
     flat = [np.asarray(a, dtype=np.int64) for a in arrays]
     starts = np.cumsum([0] + [len(a) + len(a) % 2 for a in flat])  # even: 16-byte aligned
     host = torch.empty(int(starts[-1]), dtype=torch.int64, pin_memory=device.type == "cuda")

@@ -6,10 +6,10 @@ no merge kernel. Programs start with the longest request (`order`, sorted on the
 plan time), so the long ones do not run alone at the end of the kernel.
 
 Against FlashInfer's tensor-core whole-KV decode, replayed in CUDA graphs at the offline
-workload's steps (Qwen3-0.6B's layout, page 16; benches/triton_decode.py, RESULTS.md):
+workload's steps (Qwen3-0.6B's layout, page 16; benches/kernels/triton_decode.py):
 3.77 vs 3.61 TB/s at 256 requests, 3.73 vs 3.65 at 153, and 75.6 vs 87.5 us (FlashInfer
 split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
-(benches/read_floor.py).
+(benches/kernels/read_floor.py).
 """
 
 from __future__ import annotations

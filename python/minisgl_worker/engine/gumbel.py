@@ -17,7 +17,7 @@ below what a draw can notice), and l / T is l times the float32 reciprocal of T,
 once (`mul_rn`, so no FMA contracts it): the Sampler's float32 path scales the same way,
 so every path sees the same scaled logits bit for bit. The kernel is arithmetic-bound;
 against exact logs and a correctly rounded division it ran 1.7-2x faster at 153-256 rows
-of 151,936 on an H200 (RESULTS.md, "The sampler kernel"; benches/gumbel_kernel.py times
+of 151,936 on an H200 (benches/kernels/gumbel_kernel.py times
 the kernel as it is).
 
 A row's draw depends only on its logits, temperature and seed, never on its neighbours:

@@ -10,7 +10,7 @@ that shape, so they stream from HBM as in a step), and keeps the fastest configu
 unless cuBLAS beats it by more than PDL_CREDIT_US; GEMMs that take cuBLAS more than
 LAUNCH_BOUND_US stay on cuBLAS. Batches of other sizes up to the largest tuned one use the
 choice of the next larger tuned size; larger ones use cuBLAS. Measured on the H200
-(benches/RESULTS.md, `benches/cutlass_gemm.py`): Qwen3-0.6B's layer chain without attention
+(`benches/kernels/cutlass_gemm.py`): Qwen3-0.6B's layer chain without attention
 4-5 us a layer faster at M <= 128, ~1 us at 256; its offline run ~3% faster. Timing can
 round either way between close candidates, so the choice is made once per GPU, shapes and
 library versions and kept on disk (gemm_choice.py): two starts run the same kernels.
@@ -48,7 +48,7 @@ _TILES = [
 # name (also the exported function's): e.g. swap_64x32x128_ping -> its tile
 CONFIGS = {f"{'swap' if swap else 'plain'}_{rows}x{cols}x{k}_{kernel.lower()}":
            (swap, rows, cols, k, kernel) for swap, rows, cols, k, kernel in _TILES}
-PDL_CREDIT_US = 1.0  # what PDL hid per GEMM in benches/cutlass_gemm.py's layer chains
+PDL_CREDIT_US = 1.0  # what PDL hid per GEMM in benches/kernels/cutlass_gemm.py's layer chains
 # Only GEMMs that cuBLAS runs this fast are tuned; slower ones stay on cuBLAS. PDL hides a
 # launch, which matters beside a few microseconds of work. On Llama-3.1-8B (12-90 us GEMMs)
 # the tuned choice made the offline bench 2-5% slower (benches/RESULTS.md).
