@@ -58,13 +58,14 @@ class Workspace:
         self._plan_done = torch.cuda.Event()
         self._plan_done.record()
 
-    def share(self, wrapper: Any, own_float: bool = False) -> Any:
-        """Point `wrapper` at the shared workspaces (its own float one when `own_float`)."""
-        float_ws = self.float_ws
-        if own_float:
-            float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.int_ws.device)
-        wrapper.reset_workspace_buffer(float_ws, self.int_ws)
+    def share(self, wrapper: Any) -> Any:
+        """Point `wrapper` at the shared workspaces."""
+        wrapper.reset_workspace_buffer(self.float_ws, self.int_ws)
         return wrapper
+
+    def own_float_ws(self) -> torch.Tensor:
+        """A float workspace of its own, for a wrapper that also keeps its own int one."""
+        return torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=self.int_ws.device)
 
     @contextmanager
     def planning(self) -> Iterator[None]:
@@ -133,15 +134,19 @@ class FlashInferPagedAttention:
     def _new_decode_wrapper(
         self, own_workspace: bool = False, **graph_buffers: Any
     ) -> BatchDecodeWithPagedKVCacheWrapper:
-        """A decode wrapper on the shared workspaces, or with its own float workspace
-        (`own_workspace`: the decode half of a mixed batch, planned beside the prefill half)."""
+        """A decode wrapper on the shared workspaces, or on its own (`own_workspace`: the
+        decode half of a DECODE_THEN_PREFILL batch, planned beside the prefill half)."""
         import flashinfer
 
+        ws = self.workspace
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace.float_ws, self.kv_layout, use_cuda_graph=bool(graph_buffers),
-            use_tensor_cores=self.use_tensor_cores, backend=self.decode_backend, **graph_buffers,
+            ws.own_float_ws() if own_workspace else ws.float_ws, self.kv_layout,
+            use_cuda_graph=bool(graph_buffers), use_tensor_cores=self.use_tensor_cores,
+            backend=self.decode_backend, **graph_buffers,
         )
-        return self.workspace.share(wrapper, own_float=own_workspace)
+        # Its own workspaces (the int one FlashInfer allocated) when `own_workspace`: its
+        # plan must survive the prefill half's, planned next into the shared ones.
+        return wrapper if own_workspace else ws.share(wrapper)
 
     @property
     def supports_mixed_fa2(self) -> bool:
