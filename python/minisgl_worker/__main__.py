@@ -103,6 +103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument(
+        "--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
+        help="KV cache storage: auto (the model's dtype) or fp8_e4m3 (per-tensor scale, half "
+        "the bytes of bf16: about twice the KV tokens; torch-native attention only for now)",
+    )
+    p.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"],
         help="GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with "
         "PDL per shape and batch size, chosen once and kept beside FlashInfer's JIT cache) or "
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
         attention_backend=args.attention_backend, chunk_size=args.chunk_size,
         cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
-        gemm=args.gemm,
+        gemm=args.gemm, kv_cache_dtype=args.kv_cache_dtype,
     )
     engine = Engine(config)
     scheduler = Scheduler(

@@ -85,6 +85,10 @@ pub struct Config {
     /// everywhere (their default when absent: auto).
     #[arg(long, value_enum)]
     pub gemm: Option<Gemm>,
+    /// KV cache storage of the spawned workers: auto (the model's dtype) or fp8_e4m3 (half
+    /// the bytes of bf16, about twice the KV tokens; torch-native attention only for now).
+    #[arg(long, value_enum)]
+    pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -130,6 +134,22 @@ impl Gemm {
         match self {
             Self::Auto => "auto",
             Self::Cublas => "cublas",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheDtype {
+    Auto,
+    #[value(name = "fp8_e4m3")]
+    Fp8E4m3,
+}
+
+impl KvCacheDtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Fp8E4m3 => "fp8_e4m3",
         }
     }
 }

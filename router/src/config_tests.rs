@@ -103,6 +103,8 @@ fn engine_flags_for_the_spawned_workers() {
         "torch",
         "--gemm",
         "cublas",
+        "--kv-cache-dtype",
+        "fp8_e4m3",
     ])
     .unwrap();
     assert_eq!(
@@ -111,6 +113,7 @@ fn engine_flags_for_the_spawned_workers() {
     );
     assert_eq!(c.attention_backend, Some(AttentionBackend::Torch));
     assert_eq!(c.gemm, Some(Gemm::Cublas));
+    assert_eq!(c.kv_cache_dtype, Some(KvCacheDtype::Fp8E4m3));
     let c = parse(&[]).unwrap();
     assert_eq!(c.gemm, None);
     assert_eq!((c.kv_tokens, c.cuda_graph_max_tokens), (None, None));

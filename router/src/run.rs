@@ -114,6 +114,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         cuda_graph_max_tokens: config.cuda_graph_max_tokens,
         attention_backend: config.attention_backend.map(|b| b.as_str()),
         gemm: config.gemm.map(|g| g.as_str()),
+        kv_cache_dtype: config.kv_cache_dtype.map(|d| d.as_str()),
         count: config.local_workers(),
     };
     let mut local = Vec::new();

@@ -7,19 +7,21 @@ from __future__ import annotations
 import torch
 
 from ..kvcache.pool import MHAKVPool
+from ..kvcache.quant import to_cache
 from .base import Rope
 
 
 def store(pool: MHAKVPool, layer: int, loc: torch.Tensor, k: torch.Tensor,
           v: torch.Tensor) -> None:
-    """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py)."""
-    if k.is_cuda:
+    """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py) when
+    the pool holds the model's dtype; else (CPU, FP8) quantized by torch ops (quant.py)."""
+    if k.is_cuda and pool.dtype == k.dtype:
         from .store import store_kv
 
         store_kv(pool.k[layer], pool.v[layer], loc, k, v)
     else:
-        pool.k_slots(layer)[loc] = k
-        pool.v_slots(layer)[loc] = v
+        pool.k_slots(layer)[loc] = to_cache(k, pool.dtype, pool.k_scale[layer])
+        pool.v_slots(layer)[loc] = to_cache(v, pool.dtype, pool.v_scale[layer])
 
 
 def rope_and_store(pool: MHAKVPool, layer: int, loc: torch.Tensor, q: torch.Tensor,
@@ -38,7 +40,7 @@ def rope_and_store(pool: MHAKVPool, layer: int, loc: torch.Tensor, q: torch.Tens
         return q
     from .store import rope_store_kv
 
-    assert rope.rotary.cos_sin is not None
+    assert rope.rotary.cos_sin is not None and pool.dtype == q.dtype, "fused store: model dtype"
     norm = None
     if rope.qk_norm is not None:
         q_norm, k_norm = rope.qk_norm

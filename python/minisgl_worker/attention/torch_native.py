@@ -2,7 +2,8 @@
 its page-table row, then `scaled_dot_product_attention`. Query i of an extend sits at
 position `cached_len + i`, so it sees keys [0, cached_len + i]: a causal mask shifted by the
 prefix (what makes chunked prefill correct). Decodes (one query) need no mask and are
-batched together, padded to the longest and masked by length."""
+batched together, padded to the longest and masked by length. An FP8 pool is read back in
+the model's dtype (kvcache/quant.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from ..context import get_global_ctx
 from ..core import Attn, Batch, Route
 from ..kvcache import MHAKVPool
+from ..kvcache.quant import from_cache
 from .base import BaseAttnBackend, Rope
 from .rope_store import rope_and_store
 
@@ -88,12 +90,15 @@ class TorchNativeBackend(BaseAttnBackend):
         meta = self._meta
         assert meta is not None, "prepare() a batch first"
         q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
-        k_all, v_all = self.kv_pool.k_slots(layer_id), self.kv_pool.v_slots(layer_id)
+        pool = self.kv_pool
+        k_all, v_all = pool.k_slots(layer_id), pool.v_slots(layer_id)
+        k_scale, v_scale = pool.k_scale[layer_id], pool.v_scale[layer_id]
+
         out = torch.empty_like(q)
         for e in meta.extends:
             qq = q[e.q_start : e.q_end].transpose(0, 1)  # (Hq, n, D)
-            kk = k_all[e.slots].transpose(0, 1)  # (Hkv, L, D)
-            vv = v_all[e.slots].transpose(0, 1)
+            kk = from_cache(k_all[e.slots], q.dtype, k_scale).transpose(0, 1)  # (Hkv, L, D)
+            vv = from_cache(v_all[e.slots], q.dtype, v_scale).transpose(0, 1)
             o = F.scaled_dot_product_attention(
                 qq, kk, vv, attn_mask=e.mask, is_causal=e.mask is None, scale=self.scale,
                 enable_gqa=True,
@@ -102,8 +107,8 @@ class TorchNativeBackend(BaseAttnBackend):
         if meta.decodes is not None:
             d = meta.decodes
             qq = q[d.q_index].unsqueeze(2)  # (B, Hq, 1, D)
-            kk = k_all[d.slots].transpose(1, 2)  # (B, Hkv, Lmax, D)
-            vv = v_all[d.slots].transpose(1, 2)
+            kk = from_cache(k_all[d.slots], q.dtype, k_scale).transpose(1, 2)  # (B, Hkv, L, D)
+            vv = from_cache(v_all[d.slots], q.dtype, v_scale).transpose(1, 2)
             o = F.scaled_dot_product_attention(
                 qq, kk, vv, attn_mask=d.mask, scale=self.scale, enable_gqa=True
             )

@@ -35,6 +35,9 @@ class EngineConfig:
     # The GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with PDL
     # by size, layers/gemm.py) | cublas (everywhere).
     gemm: str = "auto"
+    # KV cache storage: auto (the model's dtype) | fp8_e4m3 (per-tensor scale; half the
+    # bytes of bf16; torch-native attention only for now).
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         assert self.page_size >= 0, f"page_size must be >= 0; got {self.page_size}"
@@ -45,6 +48,8 @@ class EngineConfig:
         assert self.cuda_graph_max_tokens in (-1, 0) or self.cuda_graph_max_tokens >= 16, (
             f"cuda_graph_max_tokens must be -1, 0 or >= 16; got {self.cuda_graph_max_tokens}")
         assert self.gemm in ("auto", "cublas"), f"gemm must be auto or cublas; got {self.gemm!r}"
+        assert self.kv_cache_dtype in ("auto", "fp8_e4m3"), (
+            f"kv_cache_dtype must be auto or fp8_e4m3; got {self.kv_cache_dtype!r}")
         assert self.cuda_graph_mixed_tokens == 0 or self.cuda_graph_mixed_tokens >= 16, (
             f"cuda_graph_mixed_tokens must be 0 or >= 16; got {self.cuda_graph_mixed_tokens}")
 
@@ -57,6 +62,9 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.bfloat16 if device.type == "cuda" else torch.float32
         return _DTYPES[self.dtype]
+
+    def resolve_kv_dtype(self, model_dtype: torch.dtype) -> torch.dtype:
+        return torch.float8_e4m3fn if self.kv_cache_dtype == "fp8_e4m3" else model_dtype
 
     def resolve_page_size(self, device: torch.device) -> int:
         """16 on CUDA (vLLM's default block size: FlashInfer reads whole pages, measured

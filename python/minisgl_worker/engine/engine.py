@@ -4,7 +4,7 @@ without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns th
 
 Construction reads in the order things are decided: the route table (which graphs exist;
 route.py), the kernels the model is built with (kernels.py), the model, the KV pool sized
-by what is left (memory.py), the attention backend, and the graphs (graphs/). A batch then
+by what is left (memory.py; an FP8 pool's scales from kv_scales.py), the attention backend, and the graphs (graphs/). A batch then
 takes one route (`RouteTable.route`) and that route's runner runs it. On CPU everything is
 torch-native and eager."""
 
@@ -25,6 +25,7 @@ from ..transfer import to_device
 from .config import EngineConfig
 from .graphs import Eager, Runner, capture_graphs
 from .kernels import choose_kernels, fused_kernels
+from .kv_scales import calibrate
 from .memory import plan_kv_memory
 from .route import Gpu, RouteTable, build_table
 from .sampler import Sampler
@@ -55,6 +56,10 @@ class Engine:
         self.max_running = config.resolve_max_running(device)
         self.page_size = config.resolve_page_size(device)
         self.backend_name = resolve_backend_name(config.attention_backend, device)
+        self.kv_dtype = config.resolve_kv_dtype(self.dtype)
+        assert self.kv_dtype == self.dtype or self.backend_name == "torch", (
+            f"kv_cache_dtype={config.kv_cache_dtype} runs on torch-native attention only "
+            f"(--attention-backend torch); this engine's is {self.backend_name}")
         fused = fused_kernels(self.backend_name, self.dtype)
         gpu = Gpu.of(device) if device.type == "cuda" else None
         self.routes: RouteTable = build_table(config, cfg, self.backend_name == "flashinfer",
@@ -65,8 +70,12 @@ class Engine:
         self.model = create_model(config.model_path, cfg, self.dtype, device,
                                   config.load_format, self.kernels)
         num_pages = self._num_pages()
+        scales = None
+        if self.kv_dtype != self.dtype:
+            scales = calibrate(self.model, cfg, self.backend_name, self.routes, self.dtype,
+                               device, self.page_size)
         self.kv_pool = MHAKVPool(cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads,
-                                 cfg.head_dim, self.dtype, device)
+                                 cfg.head_dim, self.kv_dtype, device, scales)
         # The context a request may reach: the model's, capped so one request always fits.
         self.max_context = min(cfg.max_context, self.kv_pool.num_slots)
         self.page_table = torch.zeros((self.max_running, self.max_context), dtype=torch.int32,
@@ -91,12 +100,13 @@ class Engine:
                 device)
         logger.info(
             "engine ready: %s on %s (%s, %s attention, %s GEMMs, CUDA graphs: decode to batch "
-            "%d, piecewise %s, mixed-step to %d tokens), KV %d tokens (%d pages of %d), "
+            "%d, piecewise %s, mixed-step to %d tokens), KV %d tokens of %s (%d pages of %d), "
             "max_context %d", self.model_name, device, str(self.dtype).removeprefix("torch."),
             type(self.attn_backend).__name__, "tuned" if self.kernels.gemm else "cuBLAS",
             sizes.decode[-1] if sizes.decode else 0,
             f"{sizes.pieces[0]}..{sizes.pieces[-1]}" if sizes.pieces else "none",
-            sizes.mixed[-1] if sizes.mixed else 0, self.kv_pool.num_slots, num_pages,
+            sizes.mixed[-1] if sizes.mixed else 0, self.kv_pool.num_slots,
+            str(self.kv_dtype).removeprefix("torch."), num_pages,
             self.page_size, self.max_context)
 
     def _num_pages(self) -> int:
@@ -104,7 +114,7 @@ class Engine:
         if self.config.kv_tokens:
             return -(-self.config.kv_tokens // ps)
         per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
-                                              self.dtype)
+                                              self.kv_dtype)
         if self.device.type == "cuda":
             plan = plan_kv_memory(
                 self.model, cfg, self.backend_name, self.routes, self.dtype, self.device, ps,

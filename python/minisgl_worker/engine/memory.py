@@ -12,6 +12,8 @@ workspace, cuBLAS and fragmentation."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -36,12 +38,15 @@ class MemoryPlan(NamedTuple):
     weights_and_rest: int  # memory in use before the KV pool (weights, CUDA context, ...)
 
 
-def profile_forward(
+@contextmanager
+def scratch_forward(
     model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable,
     dtype: torch.dtype, device: torch.device, page_size: int, extend_lens: list[int],
-) -> int:
-    """Peak bytes allocated by one forward of a batch of fresh requests extending by
-    `extend_lens` (on a throwaway KV pool just big enough), logits of each last token."""
+    input_ids: torch.Tensor | None = None,
+) -> Iterator[tuple[MHAKVPool, Callable[[], torch.Tensor]]]:
+    """A batch of fresh requests extending by `extend_lens` (token ids `input_ids`, default
+    0) on a throwaway KV pool just big enough -> (the pool, a function that runs the batch's
+    forward: logits of each last token). Everything is freed on exit."""
     pages = [-(-n // page_size) for n in extend_lens]
     pool = MHAKVPool(cfg.num_layers, sum(pages), page_size, cfg.num_kv_heads, cfg.head_dim,
                      dtype, device)
@@ -58,25 +63,41 @@ def profile_forward(
     backend = create_attention_backend(backend_name, pool, table, cfg.head_dim**-0.5,
                                        cfg.num_heads)
     total = sum(extend_lens)
-    batch = Batch(reqs=reqs, input_ids=torch.zeros(total, dtype=torch.long, device=device),
+    ids = input_ids if input_ids is not None else torch.zeros(total, dtype=torch.long)
+    batch = Batch(reqs=reqs, input_ids=ids.to(device),
                   positions=torch.cat([torch.arange(n, device=device) for n in extend_lens]),
                   out_loc=torch.cat(locs), extend_lens=list(extend_lens), sample_reqs=reqs)
     indices = torch.tensor(batch.last_token_indices, device=device)
     ctx = Context(backend)
+
+    def forward() -> torch.Tensor:
+        backend.prepare(batch, routes.eager(batch))
+        with torch.inference_mode(), ctx.forward_batch(batch):
+            return model(batch.input_ids, batch.positions, indices)
+
     set_global_ctx(ctx)
     try:
+        yield pool, forward
+    finally:
+        clear_global_ctx()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # (the caller drops the pool; the rest goes with us)
+
+
+def profile_forward(
+    model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable,
+    dtype: torch.dtype, device: torch.device, page_size: int, extend_lens: list[int],
+) -> int:
+    """Peak bytes allocated by one forward of a batch of fresh requests extending by
+    `extend_lens` (`scratch_forward`)."""
+    with scratch_forward(model, cfg, backend_name, routes, dtype, device, page_size,
+                         extend_lens) as (_, forward):
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        backend.prepare(batch, routes.eager(batch))
-        with torch.inference_mode(), ctx.forward_batch(batch):
-            model(batch.input_ids, batch.positions, indices)
+        forward()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
-    finally:
-        clear_global_ctx()
-        del backend, pool, table, batch
-        torch.cuda.empty_cache()
 
 
 def plan_kv_memory(

@@ -6,10 +6,12 @@ from .allocator import PageAllocator
 from .base import BasePrefixCache, CacheSizes, PrefixMatch
 from .naive import NaiveCache
 from .pool import MHAKVPool
+from .quant import KV_DTYPES
 from .radix import RadixCache
 
 __all__ = [
     "CACHE_KINDS",
+    "KV_DTYPES",
     "BasePrefixCache",
     "CacheSizes",
     "MHAKVPool",

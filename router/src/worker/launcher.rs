@@ -36,6 +36,7 @@ pub struct LaunchSpec {
     pub cuda_graph_max_tokens: Option<u32>,
     pub attention_backend: Option<&'static str>,
     pub gemm: Option<&'static str>,
+    pub kv_cache_dtype: Option<&'static str>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -87,6 +88,7 @@ impl LaunchSpec {
             ),
             ("--attention-backend", name(self.attention_backend)),
             ("--gemm", name(self.gemm)),
+            ("--kv-cache-dtype", name(self.kv_cache_dtype)),
         ];
         for (flag, value) in optional {
             if let Some(value) = value {
@@ -270,6 +272,7 @@ mod tests {
             cuda_graph_max_tokens: None,
             attention_backend: Some("torch"),
             gemm: Some("cublas"),
+            kv_cache_dtype: Some("fp8_e4m3"),
             count,
         }
     }
@@ -331,7 +334,9 @@ mod tests {
                 "--attention-backend",
                 "torch",
                 "--gemm",
-                "cublas"
+                "cublas",
+                "--kv-cache-dtype",
+                "fp8_e4m3"
             ]
         );
     }
