@@ -7,7 +7,7 @@ PORT   ?= 8000
 # Rebuild the wheel (router extension) whenever the Rust side or the packaging changes.
 BUILD_INPUTS := pyproject.toml Cargo.toml router/Cargo.toml $(shell find router/src -name '*.rs' 2>/dev/null)
 
-.PHONY: setup serve test test-rust test-python lint gpu-test
+.PHONY: setup serve test test-rust test-python browser lint gpu-test
 
 setup: $(STAMP)
 
@@ -25,8 +25,12 @@ test: test-rust test-python
 test-rust: $(STAMP)
 	cargo test --release --manifest-path router/Cargo.toml
 
-test-python: $(STAMP)
+test-python: $(STAMP) browser
 	$(PY) -m pytest -ra
+
+# Headless Chromium for the chat page's tests (Debian's packages; nothing when present).
+browser:
+	bash scripts/install-browser
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check python tests benches

@@ -98,6 +98,9 @@ pub struct Config {
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,
+    /// Do not serve the chat page at `/` (it is a 404 then).
+    #[arg(long)]
+    pub no_web_ui: bool,
     /// error, warn, info, debug or trace (RUST_LOG-style filters work too).
     #[arg(long, default_value = "info")]
     pub log_level: String,

@@ -143,6 +143,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         clients.clone(),
         config.ready_timeout(),
         config.max_requests.get(),
+        !config.no_web_ui,
     )
     .await;
     stop_workers(local, &clients).await;
@@ -167,6 +168,7 @@ async fn serve_http(
     workers: Vec<WorkerClient>,
     ready_timeout: Duration,
     max_requests: usize,
+    web_ui: bool,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_name: files.name,
@@ -178,6 +180,7 @@ async fn serve_http(
         started: unix_now(),
         metrics: Default::default(),
         admission: Admission::new(max_requests),
+        web_ui,
     });
     let address = listener
         .local_addr()

@@ -29,6 +29,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The in-flight count and its `--max-requests` limit.
     pub admission: Admission,
+    /// Serve the chat page at `/` (off with `--no-web-ui`).
+    pub web_ui: bool,
 }
 
 impl AppState {

@@ -30,6 +30,17 @@ class Server:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
+def metric(text: str, name: str) -> float:
+    """The sum of a series' samples in /metrics text (over its labels)."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " "))
+    ]
+    assert values, f"{name} not in /metrics"
+    return sum(values)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

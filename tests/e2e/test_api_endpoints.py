@@ -6,7 +6,7 @@ import json
 
 import requests
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, metric
 
 MODEL = "SmolLM2-135M-Instruct"
 ANSWER = "The capital of France is Paris."
@@ -64,17 +64,6 @@ def test_generate_streams_cumulative_text(server: Server) -> None:
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[-1]["meta_info"]["finish_reason"] == "length"
     assert all(a["text"] in b["text"] for a, b in itertools.pairwise(chunks))
-
-
-def metric(text: str, name: str) -> float:
-    """The sum of a series' samples (over its labels)."""
-    values = [
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith((name + "{", name + " "))
-    ]
-    assert values, f"{name} not in /metrics"
-    return sum(values)
 
 
 def test_metrics_after_requests(server: Server) -> None:

@@ -2,7 +2,7 @@
 //! handler) -> `openai` (the body parsed, unknown keys refused by name) -> `params`
 //! (validated, limits named) -> the endpoint's prompt (`chat`, `completions`, `native`) ->
 //! `admission` (a slot per generation, or 429) -> `generate` (tokenize, pick a worker,
-//! submit; tokens back to text) -> `respond` (one JSON body, or the one SSE loop).
+//! submit; tokens back to text) -> `respond` (one JSON body, or the one SSE loop). Beside them, `page`: the chat page at `/`.
 
 pub mod admission;
 pub mod chat;
@@ -10,6 +10,7 @@ pub mod completions;
 pub mod generate;
 pub mod native;
 pub mod openai;
+pub mod page;
 pub mod params;
 pub mod respond;
 pub mod routes;

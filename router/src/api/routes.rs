@@ -14,6 +14,7 @@ use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
 use crate::api::native;
 use crate::api::openai::{parse_body, ChatRequest, CompletionRequest};
+use crate::api::page;
 use crate::api::params::validate;
 use crate::api::respond::{respond, Choices, Head};
 use crate::error::ApiError;
@@ -24,8 +25,11 @@ use crate::worker::WorkerState;
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
+    let page = match state.web_ui {
+        true => page::routes(),
+        false => Router::new(),
+    };
+    page.route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))

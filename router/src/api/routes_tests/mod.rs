@@ -24,6 +24,7 @@ mod failures;
 mod generation;
 mod native;
 mod overload;
+mod page;
 
 const ANSWER: &str = "The capital of France is Paris.";
 const EOS: u32 = 2;
@@ -35,15 +36,26 @@ struct Setup {
 
 impl Setup {
     async fn new(stall: bool, worker_context: u32, router_context: u32) -> Self {
-        Self::build(stall, worker_context, router_context, 4096).await
+        Self::build(stall, worker_context, router_context, 4096, true).await
     }
 
     /// A stalled worker (see `FakeWorker::resume`) behind `--max-requests max_requests`.
     async fn limited(max_requests: usize) -> Self {
-        Self::build(true, 256, 256, max_requests).await
+        Self::build(true, 256, 256, max_requests, true).await
     }
 
-    async fn build(stall: bool, worker_context: u32, router_context: u32, limit: usize) -> Self {
+    /// A normal worker behind a router started with `--no-web-ui`.
+    async fn without_page() -> Self {
+        Self::build(false, 256, 256, 4096, false).await
+    }
+
+    async fn build(
+        stall: bool,
+        worker_context: u32,
+        router_context: u32,
+        limit: usize,
+        web_ui: bool,
+    ) -> Self {
         let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
         let reply = files.tokenizer.encode_blocking(ANSWER, false);
         let fake = FakeWorker::start(FakeScript {
@@ -65,6 +77,7 @@ impl Setup {
             started: 0,
             metrics: Default::default(),
             admission: Admission::new(limit),
+            web_ui,
         });
         Self { fake, state }
     }
