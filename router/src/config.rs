@@ -98,6 +98,14 @@ pub struct Config {
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,
+    /// Chat in this terminal once the server is ready (over its HTTP API); quitting the
+    /// shell (/exit, Ctrl-D) shuts the server down.
+    #[arg(long)]
+    pub shell: bool,
+    /// With --shell: chat with the server already running at this URL instead of starting
+    /// one (http only).
+    #[arg(long, value_name = "http://HOST:PORT", requires = "shell")]
+    pub url: Option<String>,
     /// Do not serve the chat page at `/` (it is a 404 then).
     #[arg(long)]
     pub no_web_ui: bool,

@@ -8,7 +8,8 @@
 //! `text/` (tokenizer, chat template, detokenizer, stop strings) -> `routing/` (prefix
 //! index and policies: which worker) -> `worker/` (protocol, ZMQ client, launcher). Around
 //! them: `config.rs` (flags), `run.rs` (start, serve, stop), `state.rs` (what handlers
-//! share), `error.rs` (the one error enum, in OpenAI's shape) and `metrics.rs`.
+//! share), `error.rs` (the one error enum, in OpenAI's shape) and `metrics.rs`; `shell/` is
+//! `--shell`, a terminal chat over the HTTP API.
 
 pub mod api;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod metrics;
 pub mod routing;
 pub mod run;
+pub mod shell;
 pub mod state;
 pub mod text;
 pub mod worker;
@@ -38,7 +40,8 @@ fn main(py: Python<'_>, argv: Vec<String>, python: String, default_model: Py<PyA
             return e.exit_code();
         }
     };
-    if config.model.is_none() {
+    // `--shell --url` talks to a server elsewhere: no model here.
+    if config.model.is_none() && config.url.is_none() {
         match default_model
             .bind(py)
             .call0()

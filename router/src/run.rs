@@ -31,7 +31,11 @@ pub fn run(config: Config, python: String) -> i32 {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
-    match runtime.block_on(serve(config, python)) {
+    let result = match &config.url {
+        Some(url) => runtime.block_on(crate::shell::run(url, None)),
+        None => runtime.block_on(serve(config, python)),
+    };
+    match result {
         Ok(()) => 0,
         Err(message) => fail(&message),
     }
@@ -137,15 +141,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
             .iter()
             .map(|a| WorkerClient::connect_remote(a)),
     );
-    let result = serve_http(
-        listener,
-        files,
-        clients.clone(),
-        config.ready_timeout(),
-        config.max_requests.get(),
-        !config.no_web_ui,
-    )
-    .await;
+    let result = serve_http(listener, files, clients.clone(), &config).await;
     stop_workers(local, &clients).await;
     result
 }
@@ -161,14 +157,13 @@ async fn wait_all_ready(clients: &[WorkerClient], timeout: Duration) -> Result<u
     Ok(max_context)
 }
 
-/// Serves HTTP from the start (/health says 503 while the workers load) until a signal.
+/// Serves HTTP from the start (/health says 503 while the workers load) until a signal, or
+/// with `--shell` until the shell ends.
 async fn serve_http(
     listener: TcpListener,
     files: ModelFiles,
     workers: Vec<WorkerClient>,
-    ready_timeout: Duration,
-    max_requests: usize,
-    web_ui: bool,
+    config: &Config,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_name: files.name,
@@ -179,28 +174,31 @@ async fn serve_http(
         max_context: 0.into(),
         started: unix_now(),
         metrics: Default::default(),
-        admission: Admission::new(max_requests),
-        web_ui,
+        admission: Admission::new(config.max_requests.get()),
+        web_ui: !config.no_web_ui,
     });
     let address = listener
         .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     });
     let server = tokio::spawn(server.into_future());
-    let result = tokio::select! {
-        ready = wait_all_ready(&workers, ready_timeout) => ready,
-        _ = shutdown_signal() => Err("interrupted while the workers were starting".into()),
+    let ready = tokio::select! {
+        ready = wait_all_ready(&workers, config.ready_timeout()) => ready,
+        _ = shutdown_signal(true) => Err("interrupted while the workers were starting".into()),
     };
-    if let Ok(max_context) = result {
-        state.set_max_context(max_context);
-        tracing::info!(model = %state.model_name, max_context, "ready on http://{address}");
-        shutdown_signal().await;
-        tracing::info!("shutting down");
-    }
+    let result = match ready {
+        Ok(max_context) => {
+            state.set_max_context(max_context);
+            tracing::info!(model = %state.model_name, max_context, "ready on http://{address}");
+            let served = serve_until_stopped(config.shell, &local_url(address)).await;
+            tracing::info!("shutting down");
+            served
+        }
+        Err(e) => Err(e),
+    };
     let _ = stop_tx.send(true);
     if tokio::time::timeout(DRAIN, server).await.is_err() {
         tracing::warn!(
@@ -208,7 +206,31 @@ async fn serve_http(
             DRAIN.as_secs()
         );
     }
-    result.map(|_| ())
+    result
+}
+
+/// Until SIGTERM or Ctrl-C; with `--shell`, until the shell ends or SIGTERM (Ctrl-C is the
+/// shell's then: it stops an answer).
+async fn serve_until_stopped(shell: bool, url: &str) -> Result<(), String> {
+    if !shell {
+        shutdown_signal(true).await;
+        return Ok(());
+    }
+    tokio::select! {
+        result = crate::shell::run(url, None) => result,
+        _ = shutdown_signal(false) => Ok(()),
+    }
+}
+
+/// The URL this process reaches its own server at (loopback when bound to every address).
+fn local_url(mut address: std::net::SocketAddr) -> String {
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{address}")
 }
 
 async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
@@ -223,9 +245,13 @@ async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
     .await;
 }
 
-async fn shutdown_signal() {
+/// SIGTERM, or SIGINT (Ctrl-C) when `ctrl_c`.
+async fn shutdown_signal(ctrl_c: bool) {
     let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+        match ctrl_c {
+            true => drop(tokio::signal::ctrl_c().await),
+            false => std::future::pending().await,
+        }
     };
     #[cfg(unix)]
     let terminate = async {

@@ -41,6 +41,29 @@ def metric(text: str, name: str) -> float:
     return sum(values)
 
 
+def worker_metrics(base_url: str) -> dict[str, float]:
+    """The router's in-flight count and the worker's load, from /metrics."""
+    text = requests.get(f"{base_url}/metrics", timeout=10).text
+    names = ("requests_in_flight", "num_requests_running", "num_requests_waiting",
+             "kv_cache_used_tokens", "generation_tokens_total")
+    return {name: metric(text, f"minisgl_{name}") for name in names}
+
+
+def wait_idle(base_url: str, timeout_s: float = 30) -> dict[str, float]:
+    """Nothing in flight in the router, nothing running and no KV held in the worker."""
+    def idle() -> dict[str, float] | None:
+        m = worker_metrics(base_url)
+        busy = m["requests_in_flight"] + m["num_requests_running"] + m["num_requests_waiting"]
+        return m if busy == 0 and m["kv_cache_used_tokens"] == 0 else None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = idle()
+        if m is not None:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(f"not idle within {timeout_s} s: {worker_metrics(base_url)}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

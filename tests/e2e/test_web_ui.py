@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.e2e.browser import MISSING, ChatPage, start_chromium, wait_until
-from tests.e2e.conftest import Server, metric, start_router, stop_router
+from tests.e2e.conftest import Server, start_router, stop_router, wait_idle, worker_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
@@ -40,24 +40,8 @@ def driver() -> Iterator:
 
 @pytest.fixture
 def page(page_server: Server, driver) -> ChatPage:
-    wait_idle(page_server)
+    wait_idle(page_server.base_url)
     return ChatPage(driver, f"{page_server.base_url}/")
-
-
-def worker_metrics(server: Server) -> dict[str, float]:
-    text = requests.get(f"{server.base_url}/metrics", timeout=10).text
-    names = ("requests_in_flight", "num_requests_running", "num_requests_waiting",
-             "kv_cache_used_tokens", "generation_tokens_total")
-    return {name: metric(text, f"minisgl_{name}") for name in names}
-
-
-def wait_idle(server: Server, timeout_s: float = 30) -> dict[str, float]:
-    """Nothing in flight in the router, nothing running and no KV held in the worker."""
-    def idle() -> dict[str, float] | None:
-        m = worker_metrics(server)
-        busy = m["requests_in_flight"] + m["num_requests_running"] + m["num_requests_waiting"]
-        return m if busy == 0 and m["kv_cache_used_tokens"] == 0 else None
-    return wait_until(idle, timeout_s, "the router and worker to be idle")  # type: ignore[no-any-return]
 
 
 def test_an_answer_streams_in_and_its_stats_fill_in(page: ChatPage) -> None:
@@ -80,16 +64,16 @@ def test_an_answer_streams_in_and_its_stats_fill_in(page: ChatPage) -> None:
 
 
 def test_stop_aborts_the_request_in_the_worker(page: ChatPage, page_server: Server) -> None:
-    before = worker_metrics(page_server)["generation_tokens_total"]
+    before = worker_metrics(page_server.base_url)["generation_tokens_total"]
     page.settings(temperature=0, max_tokens=2000)
     page.ask(LONG)
     wait_until(lambda: len(page.answer()) > 40, 120, "the long answer to start")
-    assert worker_metrics(page_server)["num_requests_running"] == 1
+    assert worker_metrics(page_server.base_url)["num_requests_running"] == 1
     page.by_id("stop").click()
     assert page.last_note("stats", 10) == "stopped"
     assert not page.busy()
     stopped_at = page.answer()
-    after = wait_idle(page_server, timeout_s=10)  # the worker freed its slot and its KV
+    after = wait_idle(page_server.base_url, timeout_s=10)  # the worker freed its slot and its KV
     # Far fewer than the 2000 tokens asked for were generated, and no more text came.
     assert after["generation_tokens_total"] - before < 500
     time.sleep(1)
@@ -130,7 +114,7 @@ def test_api_errors_show_as_messages(page: ChatPage, page_server: Server) -> Non
         error = page.last_note("error", 30)
     assert error.startswith("429: ") and error.endswith("(retry after 1 s)"), error
     assert not page.busy()
-    wait_idle(page_server)
+    wait_idle(page_server.base_url)
     page.ask("What is the capital of France?")  # the same question, now admitted
     page.last_note("stats")
     assert page.answer() == "The capital of France is Paris."
