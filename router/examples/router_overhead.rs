@@ -2,10 +2,9 @@
 //! instantly. Not a test; run `benches/router_overhead.sh`.
 //!
 //! Three parts in one process, each on its own runtime as they would be in production: the
-//! router (`api::app` on a multi-thread runtime, TCP on 127.0.0.1), a mock worker (a ZMQ
-//! DEALER speaking protocol v1 on its own thread: every loop it takes what arrived and sends
-//! one `step` with the next token of every running request, so a request's 64 tokens come
-//! in 64 consecutive steps, batched like a real worker's), and a hyper HTTP/1.1 client.
+//! router (`api::app` on a multi-thread runtime, TCP on 127.0.0.1), the instant mock worker
+//! of examples/common/mock_worker.rs on its own thread (a request's 64 tokens come in 64
+//! consecutive steps, batched like a real worker's), and a hyper HTTP/1.1 client.
 //!
 //! 1. Throughput: `--connections` keep-alive clients in a closed loop, each sending streamed
 //!    /v1/completions requests (512-token text prompt, distinct per request; 64 tokens,
@@ -13,6 +12,9 @@
 //! 2. Latency at a fixed rate (open loop, `--rate` req/s, one connection per request): time
 //!    to the first token event and to `[DONE]`. The mock does no work, so this is what the
 //!    router (tokenize, route, ZMQ, detokenize, SSE) adds, plus the mock's own loop.
+
+#[path = "common/mock_worker.rs"]
+mod mock_worker;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,15 +26,11 @@ use _router::routing::policy::create_policy;
 use _router::run::load_model_files;
 use _router::state::{AppState, Shared};
 use _router::worker::launcher::wait_ready;
-use _router::worker::protocol::{
-    decode_frame, encode_frame, Finish, Ready, RouterMsg, TokenOutput, WorkerMsg,
-};
 use _router::worker::WorkerClient;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 const PROMPT_TOKENS: usize = 512;
 const MAX_TOKENS: u32 = 64;
@@ -93,7 +91,7 @@ fn main() {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(mock_worker(mock_address, reply));
+        rt.block_on(mock_worker::mock_worker(mock_address, reply));
     });
     let router_rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -275,84 +273,4 @@ fn pct(v: &mut [Duration], q: f64) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// The instant worker: `ready` in answer to `hello`, then one step per loop with every
-/// running request's next token (`finish: length` at its `max_new_tokens`).
-async fn mock_worker(address: String, reply: Vec<u32>) {
-    let mut socket = DealerSocket::new();
-    socket.bind(&address).await.unwrap();
-    let ready = encode_frame(&[WorkerMsg::Ready(Ready {
-        model: "mock".into(),
-        vocab_size: 49152,
-        max_context: 8192,
-        kv_capacity: 1 << 20,
-        eos_token_ids: vec![2],
-        page_size: 1,
-        tp_size: 1,
-        device: "cpu".into(),
-    })]);
-    let (mut send, mut recv) = socket.split();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok(message) = recv.recv().await {
-            for frame in message.into_vec() {
-                for msg in decode_frame::<RouterMsg>(&frame).unwrap() {
-                    let _ = tx.send(msg);
-                }
-            }
-        }
-    });
-    // (rid, produced, max_new_tokens)
-    let mut running: Vec<(u64, u32, u32)> = Vec::new();
-    loop {
-        let mut hello = false;
-        if running.is_empty() {
-            match rx.recv().await {
-                Some(msg) => hello |= take(msg, &mut running),
-                None => return,
-            }
-        }
-        while let Ok(msg) = rx.try_recv() {
-            hello |= take(msg, &mut running);
-        }
-        if hello {
-            send.send(ZmqMessage::from(ready.clone())).await.unwrap();
-        }
-        if running.is_empty() {
-            continue;
-        }
-        let outputs: Vec<TokenOutput> = running
-            .iter_mut()
-            .map(|(rid, produced, max)| {
-                let token = reply[*produced as usize % reply.len()];
-                *produced += 1;
-                TokenOutput {
-                    rid: *rid,
-                    token,
-                    logprob: None,
-                    top_logprobs: None,
-                    finish: (*produced >= *max).then_some(Finish::Length),
-                    cached_tokens: 0,
-                }
-            })
-            .collect();
-        running.retain(|(_, produced, max)| produced < max);
-        let frame = encode_frame(&[WorkerMsg::Step { outputs }]);
-        send.send(ZmqMessage::from(frame)).await.unwrap();
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Applies one message; true for `hello`.
-fn take(msg: RouterMsg, running: &mut Vec<(u64, u32, u32)>) -> bool {
-    match msg {
-        RouterMsg::Generate { rid, sampling, .. } => {
-            running.push((rid, 0, sampling.max_new_tokens))
-        }
-        RouterMsg::Abort { rid } => running.retain(|r| r.0 != rid),
-        RouterMsg::Shutdown => {}
-        RouterMsg::Hello => return true,
-    }
-    false
 }
