@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import online_datasets as ds
 from online_client import run_jobs
-from online_metrics import RequestRecord, parse_goodput, summarize
+from online_metrics import RequestRecord, parse_goodput, stats_ms, summarize
 
 
 def schedule(rate: float, n: int, seed: int) -> list[float]:
@@ -93,7 +93,11 @@ def run_once(args: argparse.Namespace, model: str, reqs: list[ds.Request], rate:
     records, start = run_jobs(args.base_url + args.endpoint, jobs, args.client_procs,
                               args.max_concurrency, args.request_timeout, chat)
     duration = max(r.end for r in records) - start
-    return summarize(records, duration, parse_goodput(args.goodput), count)
+    result = summarize(records, duration, parse_goodput(args.goodput), count)
+    # How late the client sent each request against its schedule: a client that cannot keep
+    # up shows here (with --max-concurrency, waiting for a free slot counts too).
+    result["send_lag_ms"] = stats_ms([r.sent - start - t for t, r in zip(offsets, records)])
+    return result
 
 
 def describe(args: argparse.Namespace) -> dict:
@@ -119,7 +123,9 @@ def print_run(r: dict) -> None:
         print(f"{name.upper():6}" + "".join(
             f"{row[k]:10.2f}" if row[k] is not None else f"{'-':>10}"
             for k in ("mean", "p50", "p90", "p99")))
-    print(f"output tokens from {r['output_tokens_from']}: {r['total_output_tokens']} "
+    lag = r["send_lag_ms"]
+    print(f"send lag p50 {lag['p50']:.2f} ms, p99 {lag['p99']:.2f} ms; "
+          f"output tokens from {r['output_tokens_from']}: {r['total_output_tokens']} "
           f"(asked for {r['expected_output_tokens']})" + (
               f"; errors {r['errors']}" if r["errors"] else ""))
 
@@ -154,7 +160,8 @@ def parser() -> argparse.ArgumentParser:
     a("--duration", type=float, default=0.0, help="at a finite rate send only "
       "ceil(rate * duration) requests (at least --min-prompts); 0: --num-prompts")
     a("--min-prompts", type=int, default=32)
-    a("--request-rates", default="inf", help="comma-separated req/s; inf: all at once")
+    a("--request-rates", default="inf",
+      help="comma-separated req/s; inf: all at once; empty: only --warmup")
     a("--max-concurrency", type=int, help="most requests in flight")
     a("--client-procs", type=int, default=1, help="client processes sharing the schedule")
     a("--warmup", type=int, default=0, help="unmeasured requests first (all at once)")
@@ -170,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    rates = [float(r) for r in args.request_rates.split(",")]
+    rates = [float(r) for r in args.request_rates.split(",") if r]  # "": the warm-up only
     parse_goodput(args.goodput)  # refuse a bad --goodput before any request
     tok = load_tokenizer(args.tokenizer)
     count = (lambda text: len(tok.encode(text, add_special_tokens=False).ids)) if tok else None

@@ -77,7 +77,7 @@ def stats_ms(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     a = np.asarray(values, dtype=np.float64) * 1e3
-    out = {"mean": float(a.mean())}
+    out: dict[str, float | None] = {"mean": float(a.mean())}
     out.update({f"p{p}": float(np.percentile(a, p)) for p in PERCENTILES})
     return out
 

@@ -59,5 +59,6 @@ def test_online_bench_at_a_rate_with_two_client_processes(server: Server,
                    "--client-procs", "2", "--seed", "5")
     assert (run["completed"], run["failed"]) == (3, 0), run["errors"]
     assert (run["request_rate"], run["client_procs"]) == (20.0, 2)
+    assert 0 <= run["send_lag_ms"]["p50"] <= run["send_lag_ms"]["p99"]  # sent on schedule
     assert run["total_output_tokens"] == run["expected_output_tokens"]
     assert run["total_input_tokens"] == drawn(3, seed=5)[0]
