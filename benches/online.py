@@ -175,10 +175,31 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def checked_args() -> tuple[argparse.Namespace, list[float]]:
+    """The flags, refused with the flag and its limit before any request is sent."""
+    p = parser()
+    args = p.parse_args()
+    try:
+        rates = [float(r) for r in args.request_rates.split(",") if r]  # "": warm-up only
+    except ValueError:
+        p.error(f"--request-rates takes req/s numbers or inf, comma-separated; "
+                f"got {args.request_rates!r}")
+    try:
+        parse_goodput(args.goodput)
+    except ValueError as e:
+        p.error(str(e))
+    for name, low in [("num_prompts", 1), ("min_prompts", 1), ("client_procs", 1),
+                      ("warmup", 0), ("max_concurrency", 1), ("output_len", 1)]:
+        value = getattr(args, name)
+        if value is not None and value < low:
+            p.error(f"--{name.replace('_', '-')} must be >= {low}; got {value}")
+    if any(not r > 0 for r in rates):
+        p.error(f"--request-rates must be > 0 (or inf); got {args.request_rates}")
+    return args, rates
+
+
 def main() -> None:
-    args = parser().parse_args()
-    rates = [float(r) for r in args.request_rates.split(",") if r]  # "": the warm-up only
-    parse_goodput(args.goodput)  # refuse a bad --goodput before any request
+    args, rates = checked_args()
     tok = load_tokenizer(args.tokenizer)
     count = (lambda text: len(tok.encode(text, add_special_tokens=False).ids)) if tok else None
     model = args.model or served_model(args.base_url)
