@@ -8,6 +8,8 @@ import pytest
 from minisgl_worker.protocol import (
     VERSION,
     Abort,
+    Error,
+    ErrorCode,
     Generate,
     ProtocolError,
     SamplingParams,
@@ -43,9 +45,19 @@ def test_wire_keys_follow_the_documented_order() -> None:
 
 
 def test_wrong_version_is_rejected() -> None:
-    data = msgpack.packb({"v": 3, "msgs": []})
-    with pytest.raises(ProtocolError, match="version must be 2; got 3"):
+    data = msgpack.packb({"v": VERSION + 1, "msgs": []})
+    with pytest.raises(ProtocolError, match=f"version must be {VERSION}; got {VERSION + 1}"):
         decode_frame(data)
+
+
+def test_error_codes_are_the_documented_enum() -> None:
+    wire = msgpack.unpackb(encode_frame([Error(4, ErrorCode.CONTEXT_TOO_LONG, "m")]))
+    assert wire["msgs"][0] == {"type": "error", "rid": 4, "code": "context_too_long", "message": "m"}
+    decoded = decode_frame(encode_frame([Error(None, ErrorCode.INTERNAL, "m")]))
+    assert decoded[0].code is ErrorCode.INTERNAL
+    bad = {"type": "error", "rid": 4, "code": "too_long", "message": "m"}
+    with pytest.raises(ProtocolError, match="'too_long' is not a valid ErrorCode"):
+        decode_frame(msgpack.packb({"v": VERSION, "msgs": [bad]}))
 
 
 @pytest.mark.parametrize(

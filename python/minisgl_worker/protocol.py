@@ -1,6 +1,6 @@
-"""The router <-> worker protocol, version 2 (docs/protocol.md is the specification).
+"""The router <-> worker protocol, version 3 (docs/protocol.md is the specification).
 
-Messages are dataclasses; a frame is `{"v": 2, "msgs": [...]}` encoded with msgpack. Field
+Messages are dataclasses; a frame is `{"v": 3, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
 bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
 """
@@ -8,11 +8,12 @@ bytes match the Rust side (tests/data/protocol/ holds the golden vectors both si
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any, ClassVar
 
 import msgpack
 
-VERSION = 2
+VERSION = 3
 
 
 class ProtocolError(ValueError):
@@ -104,10 +105,21 @@ class Step:
     outputs: list[TokenOutput]
 
 
+class ErrorCode(str, Enum):
+    """Why the worker refused or failed something: the router acts on this, never on the
+    message."""
+
+    INVALID_REQUEST = "invalid_request"  # cannot be served as given (no ids, bad token id)
+    CONTEXT_TOO_LONG = "context_too_long"  # the prompt does not fit this worker's context
+    BAD_MESSAGE = "bad_message"  # a frame or message that does not follow the protocol
+    INTERNAL = "internal"  # the worker failed while serving it
+
+
 @dataclass(frozen=True, slots=True)
 class Error:
     TYPE: ClassVar[str] = "error"
     rid: int | None
+    code: ErrorCode
     message: str
 
 
@@ -141,6 +153,8 @@ def _to_wire(msg: Msg) -> dict[str, Any]:
             value["logit_bias"] = [[t, float(b)] for t, b in value["logit_bias"]]
         elif f.name == "outputs":
             value = [_output_to_wire(o) for o in value]
+        elif isinstance(value, ErrorCode):
+            value = value.value
         out[f.name] = value
     return out
 
@@ -174,6 +188,8 @@ def _from_wire(raw: Any) -> Msg:
             kwargs["sampling"] = _sampling_from_wire(kwargs["sampling"])
         if cls is Step:
             kwargs["outputs"] = [_output_from_wire(o) for o in kwargs["outputs"]]
+        if cls is Error:
+            kwargs["code"] = ErrorCode(kwargs["code"])
         return cls(**kwargs)  # type: ignore[no-any-return]
     except (TypeError, ValueError) as e:
         raise ProtocolError(f"{raw['type']}: {e}") from e

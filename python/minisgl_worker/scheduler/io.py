@@ -8,7 +8,7 @@ from pathlib import Path
 
 import zmq
 
-from ..protocol import Error, Msg, ProtocolError, RouterMsg, decode_frame, encode_frame
+from ..protocol import Error, ErrorCode, Msg, ProtocolError, RouterMsg, decode_frame, encode_frame
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ZmqIO:
                 msgs += decode_frame(data)  # type: ignore[arg-type]
             except (ProtocolError, TypeError, ValueError, KeyError) as e:
                 logger.warning("dropping a bad frame: %s", e)
-                errors.append(Error(rid=None, message=f"bad frame: {e}"))
+                errors.append(Error(None, ErrorCode.BAD_MESSAGE, f"bad frame: {e}"))
 
     def send(self, msgs: list[Msg]) -> bool:
         """One frame, never waiting -> False when no router is connected (the frame is

@@ -9,7 +9,18 @@ import logging
 import os
 import time
 
-from ..protocol import Abort, Error, Generate, Hello, Msg, Ready, Shutdown, Step, TokenOutput
+from ..protocol import (
+    Abort,
+    Error,
+    ErrorCode,
+    Generate,
+    Hello,
+    Msg,
+    Ready,
+    Shutdown,
+    Step,
+    TokenOutput,
+)
 from .io import ZmqIO
 from .scheduler import Scheduler
 
@@ -79,8 +90,9 @@ def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
             return None
     except Exception as e:  # e.g. a field of the wrong type that decoded anyway
         logger.exception("bad %s", type(msg).__name__)
-        return Error(rid=getattr(msg, "rid", None), message=f"bad {msg.TYPE}: {e!r}")
-    return Error(rid=None, message=f"a worker does not accept {msg.TYPE!r} messages")
+        rid = getattr(msg, "rid", None)
+        return Error(rid, ErrorCode.BAD_MESSAGE, f"bad {msg.TYPE}: {e!r}")
+    return Error(None, ErrorCode.BAD_MESSAGE, f"a worker does not accept {msg.TYPE!r} messages")
 
 
 def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
@@ -91,7 +103,7 @@ def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
     except Exception as e:  # a crash in one step fails the requests it held, not the worker
         logger.exception("step failed")
         for rid in _abort_all(scheduler, "the step failed"):
-            out.append(Error(rid=rid, message=f"worker step failed: {e!r}"))
+            out.append(Error(rid, ErrorCode.INTERNAL, f"worker step failed: {e!r}"))
         return []
 
 

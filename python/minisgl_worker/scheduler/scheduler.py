@@ -31,7 +31,7 @@ import numpy as np
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
-from ..protocol import Error, Generate, Load, TokenOutput
+from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
 from ..transfer import to_device_packed
 from .budget import StepBudget
 from .cache import CacheManager
@@ -84,19 +84,21 @@ class Scheduler:
     def add_request(self, msg: Generate) -> Error | None:
         n, vocab = len(msg.input_ids), self.engine.model_config.vocab_size
         if msg.rid in self.reqs:
-            return Error(msg.rid, f"rid {msg.rid} is already running")
+            return Error(msg.rid, ErrorCode.BAD_MESSAGE, f"rid {msg.rid} is already running")
         if n == 0:
-            return Error(msg.rid, "input_ids is empty")
+            return Error(msg.rid, ErrorCode.INVALID_REQUEST, "input_ids is empty")
         if n >= self.max_context:
             return Error(
                 msg.rid,
+                ErrorCode.CONTEXT_TOO_LONG,
                 f"prompt has {n} tokens but this worker's max_context is {self.max_context} "
                 f"(model context {self.engine.model_config.max_context}, KV capacity "
                 f"{self.engine.kv_pool.num_slots} tokens): at most {self.max_context - 1} fit",
             )
         bad = [t for t in msg.input_ids if not 0 <= t < vocab]
         if bad:
-            return Error(msg.rid, f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})")
+            message = f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})"
+            return Error(msg.rid, ErrorCode.INVALID_REQUEST, message)
         req = Req(msg.rid, msg.input_ids, msg.sampling)
         self.reqs[req.rid] = req
         self.budget.enqueue(self.waiting, req)

@@ -1,5 +1,5 @@
 //! A stand-in worker for the router's tests: a real zmq.rs DEALER bound on an ipc address,
-//! speaking protocol v2. It answers `hello` with `ready` (forgetting what it ran), then every
+//! speaking protocol v3. It answers `hello` with `ready` (forgetting what it ran), then every
 //! tick emits one token for each running request: the scripted reply, then EOS
 //! (`finish: stop`), or `finish: length` at the limit.
 
@@ -11,7 +11,8 @@ use std::time::Duration;
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use super::protocol::{
-    decode_frame, encode_frame, Finish, Ready, RouterMsg, Sampling, TokenOutput, WorkerMsg,
+    decode_frame, encode_frame, ErrorCode, Finish, Ready, RouterMsg, Sampling, TokenOutput,
+    WorkerMsg,
 };
 
 #[derive(Clone)]
@@ -142,6 +143,7 @@ async fn serve(
                             );
                             replies.push(WorkerMsg::Error {
                                 rid: Some(rid),
+                                code: ErrorCode::ContextTooLong,
                                 message,
                             });
                         } else {

@@ -1,12 +1,12 @@
-//! The router <-> worker protocol, version 2 (docs/protocol.md is the specification).
+//! The router <-> worker protocol, version 3 (docs/protocol.md is the specification).
 //!
-//! A frame is `{"v": 2, "msgs": [...]}` in msgpack. Field order in every struct below is the
+//! A frame is `{"v": 3, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
 //! encoder (the golden vectors in tests/data/protocol/ check both sides).
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// What the router asks of a worker's sampler; every field is validated by the router.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,12 +110,32 @@ pub struct Load {
     pub cached_prompt_tokens: u64,
 }
 
+/// Why the worker refused or failed something: the router acts on this, never on `message`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request cannot be served as given (no input ids, a token outside the vocabulary).
+    InvalidRequest,
+    /// The prompt does not fit this worker's context.
+    ContextTooLong,
+    /// A frame or message that does not follow the protocol (the router's bug).
+    BadMessage,
+    /// The worker failed while serving the request.
+    Internal,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMsg {
     Ready(Ready),
-    Step { outputs: Vec<TokenOutput> },
-    Error { rid: Option<u64>, message: String },
+    Step {
+        outputs: Vec<TokenOutput>,
+    },
+    Error {
+        rid: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    },
     Load(Load),
 }
 
@@ -235,10 +255,22 @@ mod tests {
             },
             WorkerMsg::Error {
                 rid: Some(9),
+                code: ErrorCode::ContextTooLong,
                 message: "prompt has 9000 tokens; the context is 8192".into(),
             },
             WorkerMsg::Error {
+                rid: Some(10),
+                code: ErrorCode::InvalidRequest,
+                message: "input_ids is empty".into(),
+            },
+            WorkerMsg::Error {
+                rid: Some(11),
+                code: ErrorCode::Internal,
+                message: "worker step failed".into(),
+            },
+            WorkerMsg::Error {
                 rid: None,
+                code: ErrorCode::BadMessage,
                 message: "frame version must be 1; got 2".into(),
             },
             WorkerMsg::Load(Load {
@@ -274,8 +306,27 @@ mod tests {
             v: u32,
             msgs: Vec<RouterMsg>,
         }
-        let bytes = rmp_serde::to_vec_named(&Bad { v: 3, msgs: vec![] }).unwrap();
+        let v = VERSION + 1;
+        let bytes = rmp_serde::to_vec_named(&Bad { v, msgs: vec![] }).unwrap();
         let err = decode_frame::<RouterMsg>(&bytes).unwrap_err();
-        assert_eq!(err, "frame version must be 2; got 3");
+        assert_eq!(err, format!("frame version must be {VERSION}; got {v}"));
+    }
+
+    #[test]
+    fn unknown_error_codes_are_refused() {
+        let frame = |code: &str| {
+            let msg = serde_json::json!({"type": "error", "rid": 1, "code": code, "message": "m"});
+            rmp_serde::to_vec_named(&serde_json::json!({"v": VERSION, "msgs": [msg]})).unwrap()
+        };
+        let msgs = decode_frame::<WorkerMsg>(&frame("context_too_long")).unwrap();
+        assert!(matches!(
+            msgs[..],
+            [WorkerMsg::Error {
+                code: ErrorCode::ContextTooLong,
+                ..
+            }]
+        ));
+        let err = decode_frame::<WorkerMsg>(&frame("too_long")).unwrap_err();
+        assert!(err.contains("unknown variant `too_long`"), "{err}");
     }
 }

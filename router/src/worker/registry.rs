@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use tokio::sync::mpsc;
 
-use super::protocol::TokenOutput;
+use super::protocol::{ErrorCode, TokenOutput};
 use crate::error::ApiError;
 
 /// What a request's stream receives.
@@ -96,16 +96,14 @@ impl Registry {
     }
 }
 
-/// The worker says why a request failed; limits the client exceeded are the client's fault.
-pub(super) fn worker_error(message: String) -> ApiError {
-    let lower = message.to_lowercase();
-    let clients_fault = ["prompt", "context", "too long", "invalid", "exceeds"]
-        .iter()
-        .any(|w| lower.contains(w));
-    if clients_fault {
-        ApiError::bad_request(message)
-    } else {
-        ApiError::Internal(format!("worker error: {message}"))
+/// A worker's error as the client sees it, by its code: what the client asked for is a 400,
+/// the rest is ours (500).
+pub(super) fn worker_error(code: ErrorCode, message: String) -> ApiError {
+    match code {
+        ErrorCode::InvalidRequest | ErrorCode::ContextTooLong => ApiError::bad_request(message),
+        ErrorCode::BadMessage | ErrorCode::Internal => {
+            ApiError::Internal(format!("worker error: {message}"))
+        }
     }
 }
 
@@ -152,10 +150,18 @@ mod tests {
     }
 
     #[test]
-    fn worker_errors_about_the_prompt_are_bad_requests() {
-        let e = worker_error("prompt has 9000 tokens; the context is 8192".into());
-        assert!(matches!(e, ApiError::BadRequest { .. }));
-        let e = worker_error("CUDA out of memory".into());
-        assert!(matches!(e, ApiError::Internal(_)));
+    fn worker_errors_map_by_code_not_by_wording() {
+        let e = worker_error(ErrorCode::ContextTooLong, "prompt has 9000 tokens".into());
+        assert_eq!(e, ApiError::bad_request("prompt has 9000 tokens"));
+        let e = worker_error(ErrorCode::InvalidRequest, "input_ids is empty".into());
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
+        // The wording that used to make a 400 does not: the code decides.
+        let e = worker_error(ErrorCode::Internal, "invalid prompt: too long".into());
+        assert_eq!(
+            e,
+            ApiError::Internal("worker error: invalid prompt: too long".into())
+        );
+        let e = worker_error(ErrorCode::BadMessage, "bad generate".into());
+        assert_eq!(e.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -109,10 +109,15 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
         WorkerMsg::Step { outputs } => inner.requests.dispatch(outputs),
         WorkerMsg::Error {
             rid: Some(rid),
+            code,
             message,
-        } => inner.requests.fail(rid, worker_error(message)),
-        WorkerMsg::Error { rid: None, message } => {
-            tracing::warn!(worker = %inner.address, "worker reports: {message}")
+        } => inner.requests.fail(rid, worker_error(code, message)),
+        WorkerMsg::Error {
+            rid: None,
+            code,
+            message,
+        } => {
+            tracing::warn!(worker = %inner.address, ?code, "worker reports: {message}")
         }
         WorkerMsg::Load(load) => inner.set_load(load),
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from minisgl_worker.protocol import (
     Abort,
     Error,
+    ErrorCode,
     Generate,
     Hello,
     Load,
@@ -67,8 +68,14 @@ FRAMES = {
                 TokenOutput(rid=2**40, token=70000, finish="length"),
             ]
         ),
-        Error(rid=9, message="prompt has 9000 tokens; the context is 8192"),
-        Error(rid=None, message="frame version must be 1; got 2"),
+        Error(
+            rid=9,
+            code=ErrorCode.CONTEXT_TOO_LONG,
+            message="prompt has 9000 tokens; the context is 8192",
+        ),
+        Error(rid=10, code=ErrorCode.INVALID_REQUEST, message="input_ids is empty"),
+        Error(rid=11, code=ErrorCode.INTERNAL, message="worker step failed"),
+        Error(rid=None, code=ErrorCode.BAD_MESSAGE, message="frame version must be 1; got 2"),
         Load(
             waiting=3,
             running=64,

@@ -16,6 +16,7 @@ import zmq
 from minisgl_worker.protocol import (
     Abort,
     Error,
+    ErrorCode,
     Generate,
     Hello,
     Load,
@@ -103,6 +104,7 @@ def test_ready_generate_abort_shutdown(
     assert all(o.finish is None for o in outs[:-1])
     errors = [m for m in msgs if isinstance(m, Error)]
     assert errors and errors[0].rid == 2 and "200" in errors[0].message
+    assert errors[0].code is ErrorCode.CONTEXT_TOO_LONG
 
     long = SamplingParams(max_new_tokens=150, ignore_eos=True)
     client.send([Generate(3, [5, 6, 7], long)])
@@ -113,7 +115,7 @@ def test_ready_generate_abort_shutdown(
 
     client.sock.send(b"\x93not a frame")
     err = client.recv_until(lambda m: isinstance(m, Error))[-1]
-    assert isinstance(err, Error) and err.rid is None
+    assert isinstance(err, Error) and err.rid is None and err.code is ErrorCode.BAD_MESSAGE
 
     client.send([Shutdown()])
     assert proc.wait(timeout=TIMEOUT_S) == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from minisgl_worker.core import ReqStatus
-from minisgl_worker.protocol import Error, Generate, SamplingParams, TokenOutput
+from minisgl_worker.protocol import Error, ErrorCode, Generate, SamplingParams, TokenOutput
 from minisgl_worker.scheduler import Scheduler
 
 PROMPTS = [[(13 * i + 7 * j) % 250 + 3 for j in range(5 + 3 * i)] for i in range(6)]
@@ -221,11 +221,15 @@ def test_requests_that_cannot_fit_get_errors(make_scheduler: Any) -> None:
     err = sched.add_request(Generate(0, list(range(3, 35)), GREEDY))
     assert isinstance(err, Error) and err.rid == 0
     assert "32 tokens" in err.message and "max_context is 32" in err.message
+    assert err.code is ErrorCode.CONTEXT_TOO_LONG
     err = sched.add_request(Generate(1, [5, 300], GREEDY))
     assert isinstance(err, Error) and "300" in err.message and "256" in err.message
-    assert isinstance(sched.add_request(Generate(2, [], GREEDY)), Error)
+    assert err.code is ErrorCode.INVALID_REQUEST
+    err = sched.add_request(Generate(2, [], GREEDY))
+    assert isinstance(err, Error) and err.code is ErrorCode.INVALID_REQUEST
     assert sched.add_request(Generate(3, [5], GREEDY)) is None
-    assert isinstance(sched.add_request(Generate(3, [5], GREEDY)), Error)  # duplicate rid
+    err = sched.add_request(Generate(3, [5], GREEDY))  # duplicate rid: the router's bug
+    assert isinstance(err, Error) and err.code is ErrorCode.BAD_MESSAGE
     run(sched, [])
     assert_all_free(sched)
 
