@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::api::generate::{Piece, PromptInput, TokenLogprob};
+use crate::api::generate::{Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::openai::{ChatMessage, ChatRequest, Content, Usage};
 use crate::api::params::EndpointParams;
 use crate::api::respond::{finish_reason, Format, Head};
@@ -140,6 +140,9 @@ impl ChatFormat {
 }
 
 impl Format for ChatFormat {
+    type View = ();
+    fn view(_: &Generation) {}
+
     fn opening_chunk(&mut self, index: u32) -> Option<Value> {
         let delta = json!({"role": "assistant", "content": ""});
         let choice =
@@ -147,7 +150,7 @@ impl Format for ChatFormat {
         Some(self.head.object("chat.completion.chunk", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String {
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>, _: &()) -> String {
         let (content, logprobs) = match finish {
             Some(_) => (None, Value::Null),
             None => (Some(piece.text.as_str()), self.logprobs(&piece.logprobs)),
@@ -161,12 +164,14 @@ impl Format for ChatFormat {
         self.head.chunk("chat.completion.chunk", choice)
     }
 
-    fn usage_chunk(&self, usage: Usage) -> Value {
-        self.head
-            .with_usage("chat.completion.chunk", json!([]), usage)
+    fn usage_chunk(&self, usage: Usage) -> Option<Value> {
+        let chunk = self
+            .head
+            .with_usage("chat.completion.chunk", json!([]), usage);
+        Some(chunk)
     }
 
-    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value {
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish, _: &()) -> Value {
         json!({
             "index": index,
             "message": {"role": "assistant", "content": piece.text},

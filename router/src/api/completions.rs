@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::api::generate::{self, Piece, PromptInput, TokenLogprob};
+use crate::api::generate::{self, Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::openai::{CompletionRequest, Prompt, Usage};
 use crate::api::params::{EndpointParams, GenParams};
 use crate::api::respond::{finish_reason, Choices, Format, Head};
@@ -183,6 +183,9 @@ impl CompletionFormat {
 }
 
 impl Format for CompletionFormat {
+    type View = ();
+    fn view(_: &Generation) {}
+
     fn opening_chunk(&mut self, index: u32) -> Option<Value> {
         self.echoes[index as usize].as_ref()?;
         let mut lists = LogprobLists::default();
@@ -196,7 +199,7 @@ impl Format for CompletionFormat {
         Some(self.head.object("text_completion", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String {
+    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>, _: &()) -> String {
         let mut lists = LogprobLists::default();
         self.completion_lists(index, &piece.logprobs, &mut lists);
         let choice = TextChoice {
@@ -208,11 +211,11 @@ impl Format for CompletionFormat {
         self.head.chunk("text_completion", choice)
     }
 
-    fn usage_chunk(&self, usage: Usage) -> Value {
-        self.head.with_usage("text_completion", json!([]), usage)
+    fn usage_chunk(&self, usage: Usage) -> Option<Value> {
+        Some(self.head.with_usage("text_completion", json!([]), usage))
     }
 
-    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value {
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish, _: &()) -> Value {
         let mut lists = LogprobLists::default();
         self.echo_lists(index, &mut lists);
         self.completion_lists(index, &piece.logprobs, &mut lists);

@@ -1,16 +1,15 @@
 //! The non-OpenAI endpoints: vLLM's `/tokenize` and `/detokenize`, and SGLang's native
 //! `/generate` (text or token ids in; text, token ids and `meta_info` out).
 
-use axum::response::sse::{Event, Sse};
-use axum::response::{IntoResponse, Json, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::api::chat;
-use crate::api::generate::{self, Generation, PromptInput, Update};
-use crate::api::openai::{from_map, ChatMessage, CommonParams};
+use crate::api::generate::{self, Generation, Piece, PromptInput};
+use crate::api::openai::{from_map, ChatMessage, CommonParams, Usage};
 use crate::api::params::{validate, EndpointParams};
-use crate::api::respond::finish_reason;
+use crate::api::respond::{finish_reason, respond, Choices, Format};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::worker::protocol::Finish;
@@ -74,16 +73,6 @@ pub fn detokenize(state: &AppState, req: DetokenizeRequest) -> Result<Value, Api
     Ok(json!({"prompt": state.tokenizer.decode_with_specials(&req.tokens)}))
 }
 
-/// A JSON body into one of this module's requests, errors naming the field.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    match value {
-        Value::Object(map) => from_map(map),
-        _ => Err(ApiError::bad_request("the body must be a JSON object")),
-    }
-}
-
 fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
     model.map_or(Ok(()), |m| state.check_model(m))
 }
@@ -135,43 +124,67 @@ pub async fn generate(state: &AppState, req: GenerateRequest) -> Result<Response
     let common: CommonParams = from_map(map)?;
     let mut params = validate(&common, &EndpointParams::default())?;
     params.stream = req.stream.unwrap_or(false);
-    let mut generation = generate::start(state, prompt, params.clone()).await?;
-    if !params.stream {
-        let (piece, finish) = generate::collect(&mut generation).await?;
-        return Ok(Json(body(&generation, &piece.text, Some(finish))).into_response());
-    }
-    let first = generation.next().await.transpose()?;
-    let events = async_stream::stream! {
-        let mut text = String::new();
-        let mut update = first;
-        while let Some(current) = update.take() {
-            match current {
-                Update::Piece(piece) => {
-                    text.push_str(&piece.text);
-                    yield data(&body(&generation, &text, None));
-                }
-                Update::Finished(finish) => {
-                    yield data(&body(&generation, &text, Some(finish)));
-                    break;
-                }
-            }
-            match generation.next().await {
-                Some(Ok(next)) => update = Some(next),
-                Some(Err(e)) => yield data(&e.body()),
-                None => {}
-            }
-        }
-        yield Ok::<Event, std::convert::Infallible>(Event::default().data("[DONE]"));
+    let generation = generate::start(state, prompt, params.clone()).await?;
+    let choices = Choices {
+        generations: vec![generation],
+        n: 1,
     };
-    Ok(Sse::new(events).into_response())
+    respond(choices, NativeFormat::default(), params.stream, false).await
 }
 
-/// One /generate object: the text and token ids so far (cumulative, as SGLang streams them).
-fn body(generation: &Generation, text: &str, finish: Option<Finish>) -> Value {
-    let usage = generation.usage();
+/// /generate's objects: the text and token ids so far (cumulative, as SGLang streams them)
+/// and `meta_info`, streamed or whole.
+#[derive(Default)]
+struct NativeFormat {
+    /// The text streamed so far (one choice: /generate has no `n`).
+    text: String,
+}
+
+/// What a /generate object reads off its generation.
+struct Progress {
+    usage: Usage,
+    output_ids: Vec<u32>,
+}
+
+impl Format for NativeFormat {
+    type View = Progress;
+
+    fn view(generation: &Generation) -> Progress {
+        Progress {
+            usage: generation.usage(),
+            output_ids: generation.output_ids().to_vec(),
+        }
+    }
+
+    fn opening_chunk(&mut self, _: u32) -> Option<Value> {
+        None
+    }
+
+    fn chunk(&mut self, _: u32, piece: &Piece, finish: Option<Finish>, view: &Progress) -> String {
+        self.text.push_str(&piece.text);
+        body(&self.text, view, finish).to_string()
+    }
+
+    fn usage_chunk(&self, _: Usage) -> Option<Value> {
+        None
+    }
+
+    fn choice(&mut self, _: u32, piece: &Piece, finish: Finish, view: &Progress) -> Value {
+        body(&piece.text, view, Some(finish))
+    }
+
+    fn complete(&self, choices: Vec<Value>, _: Usage) -> Value {
+        let [choice] = <[Value; 1]>::try_from(choices).expect("/generate serves one choice");
+        choice
+    }
+}
+
+/// One /generate object: `text` and the ids so far, and `meta_info`.
+fn body(text: &str, view: &Progress, finish: Option<Finish>) -> Value {
+    let usage = view.usage;
     json!({
         "text": text,
-        "output_ids": generation.output_ids(),
+        "output_ids": view.output_ids,
         "meta_info": {
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
@@ -179,8 +192,4 @@ fn body(generation: &Generation, text: &str, finish: Option<Finish>) -> Value {
             "finish_reason": finish.map(finish_reason),
         },
     })
-}
-
-fn data(value: &Value) -> Result<Event, std::convert::Infallible> {
-    Ok(Event::default().data(value.to_string()))
 }

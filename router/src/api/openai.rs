@@ -161,15 +161,25 @@ impl<'de> Deserialize<'de> for Prompt {
 
 /// Parses a JSON body into the endpoint's fields and the common ones.
 pub fn parse_body<E: Endpoint>(body: &[u8]) -> Result<(E, CommonParams), ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(map) = value else {
-        return Err(ApiError::bad_request("the body must be a JSON object"));
-    };
-    let (own, common): (Map<String, Value>, Map<String, Value>) = map
+    let (own, common): (Map<String, Value>, Map<String, Value>) = json_object(body)?
         .into_iter()
         .partition(|(k, _)| E::FIELDS.contains(&k.as_str()));
     Ok((from_map(own)?, from_map(common)?))
+}
+
+/// Parses a JSON body into one request type whole (the native endpoints' bodies).
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    from_map(json_object(body)?)
+}
+
+/// Every body is a JSON object; this is the one place that reads it.
+fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::bad_request("the body must be a JSON object")),
+    }
 }
 
 pub fn from_map<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {

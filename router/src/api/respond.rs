@@ -1,6 +1,7 @@
-//! Turning a `Generation` into OpenAI's responses: one JSON body, or an SSE stream of chunks
+//! Turning generations into a response: one JSON body, or an SSE stream of chunks
 //! (`data: {json}`), ending with the finish chunk, the usage chunk when asked, `data: [DONE]`.
-//! `Format` is what differs between /v1/chat/completions and /v1/completions.
+//! This is the one SSE loop; `Format` is what differs between /v1/chat/completions,
+//! /v1/completions and /generate.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,14 +20,27 @@ use crate::state::unix_now;
 use crate::worker::protocol::Finish;
 
 pub trait Format: Send + 'static {
+    /// What a chunk reads off its generation besides the piece, taken as each update
+    /// arrives (the stream owns the generations): `()` for OpenAI's chunks, the token ids
+    /// so far for /generate's.
+    type View: Send + 'static;
+    fn view(generation: &Generation) -> Self::View;
     /// What opens choice `index`'s stream, if anything (chat's `role`, an echoed prompt).
     fn opening_chunk(&mut self, index: u32) -> Option<Value>;
     /// A streamed chunk of choice `index` (a piece of text, or the finish), serialized: it is
     /// the per-token hot path, so it is written straight from borrowed fields.
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>) -> String;
-    fn usage_chunk(&self, usage: Usage) -> Value;
+    fn chunk(
+        &mut self,
+        index: u32,
+        piece: &Piece,
+        finish: Option<Finish>,
+        view: &Self::View,
+    ) -> String;
+    /// The chunk that closes a stream asked for with `include_usage`; None for a format
+    /// whose every chunk carries its usage.
+    fn usage_chunk(&self, usage: Usage) -> Option<Value>;
     /// Choice `index` of a complete (non-streamed) response.
-    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish) -> Value;
+    fn choice(&mut self, index: u32, piece: &Piece, finish: Finish, view: &Self::View) -> Value;
     /// The complete response around its choices.
     fn complete(&self, choices: Vec<Value>, usage: Usage) -> Value;
 }
@@ -70,7 +84,8 @@ pub async fn respond<F: Format>(
         let mut body = Vec::with_capacity(results.len());
         for (i, result) in results.into_iter().enumerate() {
             let (piece, finish) = result?;
-            body.push(format.choice(i as u32, &piece, finish));
+            let view = F::view(&generations[i]);
+            body.push(format.choice(i as u32, &piece, finish, &view));
         }
         let usages: Vec<Usage> = generations.iter().map(Generation::usage).collect();
         return Ok(Json(format.complete(body, total_usage(&usages, n))).into_response());
@@ -79,13 +94,13 @@ pub async fn respond<F: Format>(
     let mut merged = select_all(generations.into_iter().enumerate().map(|(i, g)| {
         Box::pin(futures::stream::unfold(g, move |mut g| async move {
             let update = g.next().await?;
-            Some(((i as u32, update, g.usage()), g))
+            Some(((i as u32, update, g.usage(), F::view(&g)), g))
         }))
     }));
     // Wait for the first update so that a request the worker refuses is an HTTP error, not
     // a 200 followed by an error event.
     let first = match merged.next().await {
-        Some((_, Err(e), _)) => return Err(e),
+        Some((_, Err(e), _, _)) => return Err(e),
         other => other,
     };
     let count = usages.len() as u32;
@@ -96,19 +111,23 @@ pub async fn respond<F: Format>(
             }
         }
         let mut item = first;
-        while let Some((index, update, usage)) = item.take() {
+        while let Some((index, update, usage, view)) = item.take() {
             match update {
-                Ok(Update::Piece(piece)) => yield text(format.chunk(index, &piece, None)),
+                Ok(Update::Piece(piece)) => yield text(format.chunk(index, &piece, None, &view)),
                 Ok(Update::Finished(finish)) => {
                     usages[index as usize] = usage;
-                    yield text(format.chunk(index, &Piece::default(), Some(finish)));
+                    yield text(format.chunk(index, &Piece::default(), Some(finish), &view));
                 }
                 Err(e) => yield data(&e.body()),
             }
             item = merged.next().await;
         }
-        if include_usage {
-            yield data(&format.usage_chunk(total_usage(&usages, n)));
+        let usage_chunk = match include_usage {
+            true => format.usage_chunk(total_usage(&usages, n)),
+            false => None,
+        };
+        if let Some(chunk) = usage_chunk {
+            yield data(&chunk);
         }
         yield Ok::<Event, Infallible>(Event::default().data("[DONE]"));
     };

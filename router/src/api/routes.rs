@@ -13,7 +13,7 @@ use crate::api::chat::{self, ChatFormat};
 use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
 use crate::api::native;
-use crate::api::openai::{parse_body, ChatRequest, CompletionRequest};
+use crate::api::openai::{parse, parse_body, ChatRequest, CompletionRequest};
 use crate::api::page;
 use crate::api::params::validate;
 use crate::api::respond::{respond, Choices, Head};
@@ -118,7 +118,7 @@ async fn tokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let req = native::parse(&body)?;
+    let req = parse(&body)?;
     native::tokenize(&state, req).await.map(Json)
 }
 
@@ -126,14 +126,14 @@ async fn detokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    native::detokenize(&state, native::parse(&body)?).map(Json)
+    native::detokenize(&state, parse(&body)?).map(Json)
 }
 
 async fn generate_native(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    native::generate(&state, native::parse(&body)?).await
+    native::generate(&state, parse(&body)?).await
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -1,5 +1,6 @@
 //! /tokenize, /detokenize, /generate, /metrics, and several choices (n, prompt lists, echo).
 
+use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
 
@@ -62,6 +63,105 @@ async fn native_generate_returns_text_ids_and_meta_info() {
         body["error"]["message"],
         "unsupported parameter `sampling_params.n`"
     );
+}
+
+#[tokio::test]
+async fn native_streams_cumulative_objects_and_refusals_before_the_stream() {
+    let s = Setup::normal().await;
+    let req = post("/generate", json!({"text": "Capital?", "stream": true}));
+    let (status, body) = send(s.app(), req).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let objects: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(objects.len() > 2, "{body}");
+    let mut text = String::new();
+    let mut ids = 0;
+    for (i, object) in objects.iter().enumerate() {
+        let now = object["text"].as_str().unwrap();
+        assert!(
+            now.starts_with(&text),
+            "cumulative text: {now:?} after {text:?}"
+        );
+        let count = object["output_ids"].as_array().unwrap().len();
+        assert!(count > ids || i == objects.len() - 1, "cumulative ids");
+        assert_eq!(object["meta_info"]["completion_tokens"], count);
+        let last = i == objects.len() - 1;
+        assert_eq!(object["meta_info"]["finish_reason"].is_null(), !last);
+        (text, ids) = (now.to_string(), count);
+    }
+    let answer = s.state.tokenizer.encode_blocking(ANSWER, false);
+    assert_eq!(text, ANSWER);
+    assert_eq!(ids, answer.len() + 1, "the ids end with EOS");
+    // The worker refuses a prompt longer than its context: a 400, not a 200 and an event.
+    let s = Setup::new(false, 16, 4096).await;
+    let req = post(
+        "/generate",
+        json!({"text": "a b c d e f g h i j k l m n o p q", "stream": true}),
+    );
+    let (status, body) = send_json(s.app(), req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt has"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn every_body_goes_through_one_parser() {
+    let s = Setup::normal().await;
+    // Every POST route with a body it would serve, but for one unknown key.
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let routes = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "tiny", "messages": messages}),
+        ),
+        ("/v1/completions", json!({"model": "tiny", "prompt": "hi"})),
+        ("/tokenize", json!({"prompt": "hi"})),
+        ("/detokenize", json!({"tokens": [1]})),
+        ("/generate", json!({"text": "hi"})),
+    ];
+    let raw = |path: &str, content_type: &str, body: &str| {
+        Request::post(path)
+            .header("content-type", content_type)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    for (path, mut good) in routes {
+        let cases = [
+            (raw(path, "text/plain", "{}"), "the body must be JSON with"),
+            (
+                raw(path, "application/json", "{"),
+                "the body is not valid JSON",
+            ),
+            (
+                raw(path, "application/json", "[1]"),
+                "the body must be a JSON object",
+            ),
+        ];
+        for (req, message) in cases {
+            let (status, body) = send_json(s.app(), req).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+            let got = body["error"]["message"].as_str().unwrap();
+            assert!(got.starts_with(message), "{path}: {got}");
+        }
+        good["bogus"] = json!(1);
+        let (status, body) = send_json(s.app(), post(path, good)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(
+            body["error"]["message"], "unsupported parameter `bogus`",
+            "{path}"
+        );
+        assert_eq!(body["error"]["param"], "bogus", "{path}");
+    }
+    assert!(s.fake.log.lock().unwrap().generated.is_empty());
 }
 
 #[tokio::test]
