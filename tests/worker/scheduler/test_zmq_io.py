@@ -7,8 +7,10 @@ from pathlib import Path
 import msgpack
 import zmq
 from minisgl_worker.protocol import (
+    VERSION,
     Abort,
     Error,
+    ErrorCode,
     Load,
     RouterMsg,
     Shutdown,
@@ -28,8 +30,8 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
         bad_sampling = {"type": "generate", "rid": 1, "input_ids": [1], "sampling": {"x": 1}}
         peer.send(encode_frame([Abort(1)]))
         peer.send(b"\xc1")  # not msgpack
-        peer.send(msgpack.packb({"v": 3, "msgs": []}))
-        peer.send(msgpack.packb({"v": 1, "msgs": [bad_sampling]}))
+        peer.send(msgpack.packb({"v": VERSION + 1, "msgs": []}))  # a newer router
+        peer.send(msgpack.packb({"v": VERSION - 1, "msgs": [bad_sampling]}))  # an older one
         peer.send(encode_frame([Abort(2), Shutdown()]))
         msgs: list[RouterMsg] = []
         errors: list[Error] = []
@@ -41,6 +43,7 @@ def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
             errors += errs
         assert msgs == [Abort(1), Abort(2), Shutdown()]
         assert len(errors) == 3 and all(isinstance(e, Error) and e.rid is None for e in errors)
+        assert all(e.code is ErrorCode.BAD_MESSAGE for e in errors)
         assert io.send([Load(0, 0, 0, 0, 10)])
         assert peer.poll(5000) and decode_frame(peer.recv()) == [Load(0, 0, 0, 0, 10)]
     finally:
