@@ -21,7 +21,8 @@ pub enum ApiError {
     MethodNotAllowed(String),
     /// Too many requests in flight (`--max-requests`); sent with `Retry-After: 1`.
     Overloaded(String),
-    /// No worker can take the request (none ready, or the one serving it died).
+    /// No worker can take the request (none ready, or the one serving it died); sent with
+    /// `Retry-After: 1` (a worker restarts or reconnects within seconds).
     Unavailable(String),
     /// Our fault.
     Internal(String),
@@ -99,8 +100,8 @@ impl std::fmt::Display for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), Json(self.body())).into_response();
-        if let Self::Overloaded(_) = self {
-            // In-flight requests finish within seconds; a client may try again soon.
+        if let Self::Overloaded(_) | Self::Unavailable(_) = self {
+            // In-flight requests finish, and workers come back, within seconds.
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -141,10 +142,9 @@ mod tests {
             ApiError::PayloadTooLarge("x".into()).status(),
             StatusCode::PAYLOAD_TOO_LARGE
         );
-        assert_eq!(
-            ApiError::Unavailable("x".into()).status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        let unavailable = ApiError::Unavailable("x".into());
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unavailable.into_response().headers()["retry-after"], "1");
         let overloaded = ApiError::Overloaded("x".into());
         assert_eq!(overloaded.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(overloaded.body()["error"]["type"], "rate_limit_exceeded");

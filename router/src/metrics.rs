@@ -12,7 +12,9 @@
 //! in `minisgl_requests_total` with status 429); and per worker (label `worker`, its address) the last `load` it sent: waiting
 //! and running requests, `minisgl_kv_cache_used_tokens` (held by live requests),
 //! `minisgl_kv_cache_cached_tokens` (evictable cached prefixes), the KV capacity, the
-//! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`.
+//! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`;
+//! its state `minisgl_worker_state{worker, state}` (1 for the current one) and
+//! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -21,7 +23,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::api::admission::Admission;
-use crate::worker::WorkerClient;
+use crate::worker::{WorkerClient, WorkerState};
 
 /// Upper bounds in seconds; the last bucket is +Inf.
 const LATENCY_BUCKETS: [f64; 16] = [
@@ -84,6 +86,8 @@ pub struct Metrics {
     pub e2e: Histogram,
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
+    /// Generations sent again to a worker after theirs failed before their first token.
+    pub retries: AtomicU64,
 }
 
 impl Metrics {
@@ -143,6 +147,12 @@ impl Metrics {
             "Tokens generated.",
             self.generation_tokens.load(Ordering::Relaxed),
         );
+        counter(
+            &mut out,
+            "minisgl_request_retries_total",
+            "Generations sent again after their worker failed before their first token.",
+            self.retries.load(Ordering::Relaxed),
+        );
         gauge(
             &mut out,
             "minisgl_requests_in_flight",
@@ -155,8 +165,39 @@ impl Metrics {
             "The --max-requests limit; past it requests get 429.",
             admission.limit(),
         );
+        render_worker_states(&mut out, workers);
         render_workers(&mut out, workers);
         out
+    }
+}
+
+/// Each worker's state (one series per state, 1 for the current one) and its restarts.
+fn render_worker_states(out: &mut String, workers: &[WorkerClient]) {
+    let name = "minisgl_worker_state";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 for the state each worker is in (connecting, ready, down, dead).\n\
+         # TYPE {name} gauge"
+    );
+    for w in workers {
+        let now = w.state().name();
+        for state in WorkerState::NAMES {
+            let value = u8::from(state == now);
+            let address = w.address();
+            let _ = writeln!(
+                out,
+                "{name}{{worker=\"{address}\",state=\"{state}\"}} {value}"
+            );
+        }
+    }
+    let name = "minisgl_worker_restarts_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Times a local worker was started again after it exited.\n\
+         # TYPE {name} counter"
+    );
+    for w in workers {
+        let _ = writeln!(out, "{name}{{worker=\"{}\"}} {}", w.address(), w.restarts());
     }
 }
 

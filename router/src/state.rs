@@ -2,6 +2,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::select_all;
 
 use crate::api::admission::Admission;
 use crate::error::ApiError;
@@ -69,6 +72,32 @@ impl AppState {
             .pick(&self.workers, input_ids)
             .map(|i| &self.workers[i])
             .ok_or_else(|| ApiError::Unavailable("no worker is ready".into()))
+    }
+
+    /// A worker for `input_ids`, waiting up to `wait` for one to be ready when none is (a
+    /// restarting or reconnecting worker); 503 when none is by then, or all are dead.
+    pub async fn wait_for_worker(
+        &self,
+        input_ids: &[u32],
+        wait: Duration,
+    ) -> Result<&WorkerClient, ApiError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Ok(worker) = self.pick_worker(input_ids) {
+                return Ok(worker);
+            }
+            let alive: Vec<_> = self.workers.iter().filter(|w| !w.is_dead()).collect();
+            if alive.is_empty() {
+                return self.pick_worker(input_ids);
+            }
+            let any_settles = select_all(alive.into_iter().map(|w| Box::pin(w.settled())));
+            if tokio::time::timeout_at(deadline, any_settles)
+                .await
+                .is_err()
+            {
+                return self.pick_worker(input_ids);
+            }
+        }
     }
 
     pub fn all_ready(&self) -> bool {

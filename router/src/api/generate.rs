@@ -1,11 +1,16 @@
 //! One generation from the HTTP side: tokenize, fit to the context, pick a worker, submit;
 //! then turn the worker's token outputs into text pieces (incremental detokenization, stop
 //! strings) and a finish reason. Dropping a `Generation` early aborts it on the worker.
+//!
+//! A generation whose worker goes away before its first token is sent once more, to a
+//! ready worker (waiting up to `RETRY_WAIT` for one: the restarted worker, when it was
+//! the only one), so that a crash costs the client latency, not an error. Once a token
+//! came, the client may have seen it: the error is passed on (an SSE error event).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::api::admission::Slots;
 use crate::api::openai::Usage;
@@ -14,7 +19,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::text::detokenize::IncrementalDecoder;
 use crate::text::stop::StopMatcher;
-use crate::worker::protocol::{Finish, TokenOutput};
+use crate::worker::protocol::{Finish, Sampling, TokenOutput};
 use crate::worker::{Event, RequestStream};
 
 pub enum PromptInput {
@@ -46,8 +51,14 @@ pub enum Update {
     Finished(Finish),
 }
 
+/// How long a retry waits for a worker to be ready when none is.
+const RETRY_WAIT: Duration = Duration::from_secs(30);
+
 pub struct Generation {
     request: Option<RequestStream>,
+    /// What it was sent with, to send it again (once) if its worker fails first.
+    sampling: Sampling,
+    retried: bool,
     state: AppState,
     decoder: IncrementalDecoder,
     stop: StopMatcher,
@@ -100,7 +111,7 @@ pub async fn start_n(
         let slot = slots.take().ok_or_else(|| {
             ApiError::Internal("a generation started without an admission slot".into())
         })?;
-        let mut request = worker.submit(prompt_ids.to_vec(), sampling)?;
+        let mut request = worker.submit(prompt_ids.to_vec(), sampling.clone())?;
         request.hold(slot);
         state
             .metrics
@@ -108,6 +119,8 @@ pub async fn start_n(
             .fetch_add(prompt_ids.len() as u64, Ordering::Relaxed);
         copies.push(Generation {
             request: Some(request),
+            sampling,
+            retried: false,
             state: state.clone(),
             decoder: IncrementalDecoder::new(),
             stop: StopMatcher::new(params.stops.clone()),
@@ -154,8 +167,13 @@ impl Generation {
             match event {
                 Some(Event::Token(out)) => self.on_token(out),
                 Some(Event::Failed(e)) => {
-                    self.request = None;
-                    return Some(Err(e));
+                    let failed = self.request.take()?;
+                    if !self.retryable(&e) {
+                        return Some(Err(e));
+                    }
+                    if let Err(e) = self.retry(failed, &e).await {
+                        return Some(Err(e));
+                    }
                 }
                 None => {
                     self.request = None;
@@ -165,6 +183,31 @@ impl Generation {
                 }
             }
         }
+    }
+
+    /// Its worker went away (503) and nothing of it was produced yet.
+    fn retryable(&self, error: &ApiError) -> bool {
+        matches!(error, ApiError::Unavailable(_)) && self.output_ids.is_empty() && !self.retried
+    }
+
+    /// Sends the generation again, to a ready worker, with the failed one's slot.
+    async fn retry(&mut self, mut failed: RequestStream, error: &ApiError) -> Result<(), ApiError> {
+        self.retried = true;
+        let slot = failed.take_slot();
+        let from = failed.worker().address().to_string();
+        drop(failed);
+        let worker = self
+            .state
+            .wait_for_worker(&self.prompt_ids, RETRY_WAIT)
+            .await?;
+        tracing::warn!(from = %from, to = %worker.address(), "retrying a request: {error}");
+        let mut request = worker.submit(self.prompt_ids.to_vec(), self.sampling.clone())?;
+        if let Some(slot) = slot {
+            request.hold(slot);
+        }
+        self.state.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        self.request = Some(request);
+        Ok(())
     }
 
     pub fn usage(&self) -> Usage {

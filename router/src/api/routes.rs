@@ -155,18 +155,20 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
     }))
 }
 
-/// 200 when every worker is ready, else 503; the body lists each worker's state.
+/// 200 when every worker is ready, else 503; the body lists each worker's state (connecting,
+/// ready, down: restarting or reconnecting, dead), why it is not ready, and its restarts.
 async fn health(State(state): State<AppState>) -> Response {
     let workers: Vec<_> = state
         .workers
         .iter()
         .map(|w| {
-            let (status, detail) = match w.state() {
-                WorkerState::Connecting => ("connecting", None),
-                WorkerState::Ready(_) => ("ready", None),
-                WorkerState::Dead(reason) => ("dead", Some(reason)),
+            let worker = w.state();
+            let detail = match &worker {
+                WorkerState::Down(reason) | WorkerState::Dead(reason) => Some(reason.clone()),
+                WorkerState::Connecting | WorkerState::Ready(_) => None,
             };
-            json!({"address": w.address(), "status": status, "detail": detail, "in_flight": w.in_flight(), "load": w.load()})
+            json!({"address": w.address(), "status": worker.name(), "detail": detail,
+                "restarts": w.restarts(), "in_flight": w.in_flight(), "load": w.load()})
         })
         .collect();
     let (code, status) = match state.all_ready() {

@@ -1,11 +1,14 @@
-//! The router's handle on one worker: its connection state (connecting, ready, dead), its
-//! last load, reconnection, and failure; the requests it serves are in `registry.rs`.
+//! The router's handle on one worker: its state (connecting, ready, down, dead), its last
+//! load, reconnection, and failure; the requests it serves are in `registry.rs`.
 //!
 //! The socket itself lives in `socket.rs` tasks; this side is what handlers touch. When the
-//! worker dies every request in its registry gets an error, so no client ever hangs.
+//! worker goes away every request in its registry gets an error at once, so no client ever
+//! hangs. `Down` is temporary: the connection is made again (a remote worker that restarted
+//! or stopped answering; a local one its launcher restarts). `Dead` is final.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
@@ -18,8 +21,29 @@ use crate::error::ApiError;
 pub enum WorkerState {
     Connecting,
     Ready(Ready),
+    /// Gone for now (why); requests are refused until it says `ready` again.
+    Down(String),
     Dead(String),
 }
+
+impl WorkerState {
+    /// Its name in /health and /metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Ready(_) => "ready",
+            Self::Down(_) => "down",
+            Self::Dead(_) => "dead",
+        }
+    }
+
+    pub const NAMES: [&'static str; 4] = ["connecting", "ready", "down", "dead"];
+}
+
+/// A remote worker that sends nothing for this long (it sends `load` each second while
+/// idle) is marked down and its requests failed, as if it had died; the router then
+/// connects again, and it serves once it answers.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(4);
 
 #[derive(Clone)]
 pub struct WorkerClient {
@@ -38,28 +62,34 @@ pub(super) struct Inner {
     was_ready: AtomicBool,
     /// How many times it has said `ready` (once per connection that got one).
     readies: AtomicU64,
-    /// Connect again when the connection ends (a remote worker; a spawned one's end is
-    /// final, and its launcher says why).
-    reconnect: bool,
+    /// How many times its launcher started it again after it exited.
+    restarts: AtomicU64,
+    /// Bumped to end the current connection (its process died: the next one is new).
+    pub(super) epoch: watch::Sender<u64>,
+    /// Silence after which the worker counts as gone (remote workers; a local one's
+    /// launcher sees its process exit).
+    pub(super) heartbeat: Option<Duration>,
     /// Its first `ready`: a worker that comes back must serve the same model.
     first_ready: Mutex<Option<Ready>>,
 }
 
 impl WorkerClient {
-    /// Starts connecting to a worker that binds `address` (`ipc://...` or `tcp://...`); when
-    /// the connection ends, the worker is dead (one this router spawned).
+    /// Starts connecting to a worker that binds `address` (`ipc://...` or `tcp://...`): one
+    /// this router spawned. When the connection ends its requests fail and it is down until
+    /// it answers a new `hello` (its launcher restarts it, or declares it dead).
     pub fn connect(address: &str) -> Self {
-        Self::start(address, false)
+        Self::start(address, None)
     }
 
-    /// The same for a worker started elsewhere (`--worker tcp://...`): when the connection
-    /// ends (it restarted, the network broke) its requests fail, and the router connects
-    /// again; it serves once it has answered the new `hello` with the same model.
+    /// The same for a worker started elsewhere (`--worker tcp://...`), with a heartbeat: when
+    /// the connection ends (it restarted, the network broke) or it is silent for
+    /// `HEARTBEAT_TIMEOUT`, its requests fail and the router connects again; it serves once
+    /// it has answered the new `hello` with the same model.
     pub fn connect_remote(address: &str) -> Self {
-        Self::start(address, true)
+        Self::start(address, Some(HEARTBEAT_TIMEOUT))
     }
 
-    fn start(address: &str, reconnect: bool) -> Self {
+    pub(super) fn start(address: &str, heartbeat: Option<Duration>) -> Self {
         let (outbox, outgoing) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             address: address.to_string(),
@@ -70,7 +100,9 @@ impl WorkerClient {
             stopping: AtomicBool::new(false),
             was_ready: AtomicBool::new(false),
             readies: AtomicU64::new(0),
-            reconnect,
+            restarts: AtomicU64::new(0),
+            epoch: watch::channel(0).0,
+            heartbeat,
             first_ready: Mutex::new(None),
         });
         tokio::spawn(super::socket::run(inner.clone(), outgoing));
@@ -96,6 +128,10 @@ impl WorkerClient {
         matches!(*self.inner.state.borrow(), WorkerState::Ready(_))
     }
 
+    pub fn is_dead(&self) -> bool {
+        matches!(*self.inner.state.borrow(), WorkerState::Dead(_))
+    }
+
     pub fn load(&self) -> Option<Load> {
         *self.inner.load.lock().unwrap()
     }
@@ -104,14 +140,19 @@ impl WorkerClient {
     pub async fn wait_ready(&self) -> Result<Ready, String> {
         let mut rx = self.inner.state.subscribe();
         let state = rx
-            .wait_for(|s| !matches!(s, WorkerState::Connecting))
+            .wait_for(|s| matches!(s, WorkerState::Ready(_) | WorkerState::Dead(_)))
             .await
             .map_err(|_| "worker client dropped".to_string())?;
         match &*state {
             WorkerState::Ready(r) => Ok(r.clone()),
             WorkerState::Dead(reason) => Err(reason.clone()),
-            WorkerState::Connecting => unreachable!("waited past Connecting"),
+            _ => unreachable!("waited for ready or dead"),
         }
+    }
+
+    /// Resolves once the worker is ready or dead (a retry waits on this).
+    pub async fn settled(&self) {
+        let _ = self.wait_ready().await;
     }
 
     /// Sends `generate`; the returned stream yields its outputs and aborts it when dropped early.
@@ -151,9 +192,25 @@ impl WorkerClient {
         }
     }
 
-    /// The worker is gone: mark it dead and end every request it was serving.
+    /// The worker is gone for good: mark it dead and end every request it was serving.
     pub fn fail(&self, reason: &str) {
         self.inner.fail(reason);
+    }
+
+    /// Its process exited and will be started again: end every request it was serving
+    /// now, refuse new ones, and connect afresh (the next process is a new worker).
+    pub fn go_down(&self, reason: &str) {
+        self.inner.go_down(reason);
+        self.inner.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Its launcher started it again.
+    pub fn count_restart(&self) {
+        self.inner.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn restarts(&self) -> u64 {
+        self.inner.restarts.load(Ordering::Relaxed)
     }
 
     /// Shutdown was asked for (its exit is expected).
@@ -176,6 +233,10 @@ impl WorkerClient {
 }
 
 impl Inner {
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(*self.state.borrow(), WorkerState::Ready(_))
+    }
+
     pub(super) fn send(&self, msg: RouterMsg) {
         // Only fails when the socket task is gone, and then the worker is already failed.
         let _ = self.outbox.send(msg);
@@ -196,7 +257,7 @@ impl Inner {
             return;
         }
         self.state.send_if_modified(|s| {
-            let connecting = matches!(s, WorkerState::Connecting);
+            let connecting = matches!(s, WorkerState::Connecting | WorkerState::Down(_));
             if connecting {
                 self.was_ready.store(true, Ordering::Relaxed);
                 self.readies.fetch_add(1, Ordering::Relaxed);
@@ -209,16 +270,31 @@ impl Inner {
     /// The connection ended: end its requests -> whether to connect again.
     pub(super) fn lose_connection(&self, reason: &str) -> bool {
         let dead = matches!(*self.state.borrow(), WorkerState::Dead(_));
-        if !self.reconnect || dead || self.stopping.load(Ordering::Relaxed) {
+        if dead || self.stopping.load(Ordering::Relaxed) {
             self.fail(reason);
             return false;
         }
-        tracing::warn!(worker = %self.address, "{reason}; connecting again");
-        // Not ready first, so that no request registers after the senders are taken.
-        self.state.send_replace(WorkerState::Connecting);
-        *self.load.lock().unwrap() = None;
-        self.requests.fail_all(false, reason);
+        if !matches!(*self.state.borrow(), WorkerState::Down(_)) {
+            tracing::warn!(worker = %self.address, "{reason}; connecting again");
+        }
+        self.go_down(reason);
         true
+    }
+
+    /// Not ready (first, so that no request registers after the senders are taken), then
+    /// every request in flight fails with `reason`.
+    fn go_down(&self, reason: &str) {
+        let down = self.state.send_if_modified(|s| {
+            let alive = !matches!(s, WorkerState::Dead(_));
+            if alive {
+                *s = WorkerState::Down(reason.to_string());
+            }
+            alive
+        });
+        if down {
+            *self.load.lock().unwrap() = None;
+            self.requests.fail_all(false, reason);
+        }
     }
 
     pub(super) fn set_load(&self, load: Load) {
@@ -278,7 +354,7 @@ mod tests {
             Some(Event::Failed(ApiError::Unavailable(m))) => assert!(m.contains(&address), "{m}"),
             other => panic!("unexpected {other:?}"),
         }
-        until_state(&client, |s| matches!(s, WorkerState::Connecting)).await;
+        until_state(&client, |s| matches!(s, WorkerState::Down(_))).await;
         assert!(client.submit(vec![1], Sampling::default()).is_err());
         let second = FakeWorker::start_at(&address, script(false)).await;
         until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
@@ -297,13 +373,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_spawned_worker_that_goes_away_is_dead() {
+    async fn a_spawned_worker_that_goes_away_is_down_until_its_new_process_answers() {
         let worker = FakeWorker::start(script(true)).await;
-        let client = WorkerClient::connect(&worker.address);
+        let address = worker.address.clone();
+        let client = WorkerClient::connect(&address);
         client.wait_ready().await.unwrap();
-        drop(worker);
-        until_state(&client, |s| matches!(s, WorkerState::Dead(_))).await;
+        let mut stream = client.submit(vec![1, 2], Sampling::default()).unwrap();
+        worker.stop().await;
+        // What its launcher does on the process's exit: the request fails at once.
+        client.go_down("worker 0 exited (signal: 9 (SIGKILL)); restart 1 in 1 s");
+        match stream.next().await {
+            Some(Event::Failed(ApiError::Unavailable(m))) => assert!(m.contains("SIGKILL"), "{m}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(client.state(), WorkerState::Down(_)));
         assert!(client.submit(vec![1], Sampling::default()).is_err());
+        client.count_restart();
+        let _second = FakeWorker::start_at(&address, script(false)).await;
+        until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
+        assert_eq!((client.readies(), client.restarts()), (2, 1));
+        assert!(client.submit(vec![1], Sampling::default()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_remote_worker_that_stops_answering_is_marked_down() {
+        let worker = FakeWorker::start(script(true)).await;
+        // The fake sends nothing while idle: it stands for a worker that stopped (SIGSTOP).
+        let client = WorkerClient::start(&worker.address, Some(Duration::from_millis(300)));
+        client.wait_ready().await.unwrap();
+        let mut stream = client.submit(vec![1, 2], Sampling::default()).unwrap();
+        let failed = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
+        match failed.expect("failed within 5 s") {
+            Some(Event::Failed(ApiError::Unavailable(m))) => {
+                assert!(m.contains("heartbeat timeout"), "{m}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // It answers the new connection's hello: ready again.
+        until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
+        assert!(client.readies() >= 2);
     }
 
     #[tokio::test]

@@ -45,7 +45,8 @@ impl RequestStream {
         self.rid
     }
 
-    /// The next output or error; None after the request has finished.
+    /// The next output or error; None after the request has finished. After an error the
+    /// slot stays held until the stream is dropped, so that a retry can take it over.
     pub async fn next(&mut self) -> Option<Event> {
         if self.finished {
             return None;
@@ -53,9 +54,19 @@ impl RequestStream {
         let event = self.events.recv().await;
         match &event {
             Some(Event::Token(out)) if out.finish.is_none() => {}
+            Some(Event::Failed(_)) => self.finished = true,
             _ => self.finish(),
         }
         event
+    }
+
+    /// Its admission slot, for the request that takes over from this one.
+    pub fn take_slot(&mut self) -> Option<Slot> {
+        self.slot.take()
+    }
+
+    pub fn worker(&self) -> &WorkerClient {
+        &self.client
     }
 
     /// Stops the request early (a stop string matched); the worker frees it now.

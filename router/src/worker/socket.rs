@@ -1,12 +1,14 @@
 //! The ZeroMQ side of a worker client: a DEALER that connects to the worker's bound address,
 //! says `hello` (the worker answers `ready`), then sends everything queued in one tick as
 //! one frame and dispatches what comes back. A disconnect or a broken socket ends the
-//! connection, and every in-flight request with an error. A spawned worker is then dead
-//! (its launcher knows why); a remote one is connected to again, and serves once it has
-//! answered the new `hello`.
+//! connection, and every in-flight request with an error; so do a spawned worker's death
+//! (its launcher bumps the client's epoch) and a remote worker's silence past its
+//! heartbeat. The worker is then connected to again, and serves once it has answered the
+//! new `hello`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -44,15 +46,46 @@ async fn session(
     outgoing: &mut mpsc::UnboundedReceiver<RouterMsg>,
 ) -> Option<String> {
     let monitor = socket.monitor();
+    let mut epoch = inner.epoch.subscribe();
+    epoch.mark_unchanged();
     let (mut send, recv) = socket.split();
     let hello = ZmqMessage::from(encode_frame(&[RouterMsg::Hello]));
     if let Err(e) = send.send(hello).await {
         return Some(format!("worker {}: cannot say hello: {e}", inner.address));
     }
+    // Milliseconds since `start` when the worker last sent anything.
+    let (start, heard) = (Instant::now(), AtomicU64::new(0));
     tokio::select! {
-        reason = recv_loop(inner, recv) => Some(reason),
+        reason = recv_loop(inner, recv, start, &heard) => Some(reason),
         reason = watch_disconnect(inner, monitor) => Some(reason),
+        reason = heartbeat(inner, start, &heard) => Some(reason),
+        _ = epoch.changed() => Some(format!("worker {} exited", inner.address)),
         () = send_loop(send, outgoing) => None,
+    }
+}
+
+/// Ends the session when a ready worker has sent nothing for its heartbeat timeout.
+async fn heartbeat(inner: &Inner, start: Instant, heard: &AtomicU64) -> String {
+    let Some(timeout) = inner.heartbeat else {
+        return std::future::pending().await;
+    };
+    loop {
+        let last = start + Duration::from_millis(heard.load(Ordering::Relaxed));
+        tokio::time::sleep_until((last + timeout).into()).await;
+        let last = start + Duration::from_millis(heard.load(Ordering::Relaxed));
+        let silent = last.elapsed();
+        // Before its `ready` a worker may still be loading: silence is expected then.
+        if silent >= timeout && inner.is_ready() {
+            return format!(
+                "worker {} sent nothing for {:.1} s (heartbeat timeout {} s)",
+                inner.address,
+                silent.as_secs_f64(),
+                timeout.as_secs()
+            );
+        }
+        if silent >= timeout {
+            heard.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -84,12 +117,18 @@ async fn send_loop(mut socket: DealerSendHalf, outgoing: &mut mpsc::UnboundedRec
     }
 }
 
-async fn recv_loop(inner: &Inner, mut socket: DealerRecvHalf) -> String {
+async fn recv_loop(
+    inner: &Inner,
+    mut socket: DealerRecvHalf,
+    start: Instant,
+    heard: &AtomicU64,
+) -> String {
     loop {
         let message = match socket.recv().await {
             Ok(message) => message,
             Err(e) => return format!("worker {} connection broke: {e}", inner.address),
         };
+        heard.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
         for frame in message.into_vec() {
             match decode_frame::<WorkerMsg>(&frame) {
                 Ok(msgs) => msgs.into_iter().for_each(|m| handle(inner, m)),

@@ -22,41 +22,91 @@ async fn client_disconnect_aborts_the_request() {
     assert_eq!(s.state.workers[0].in_flight(), 0);
 }
 
-#[tokio::test]
-async fn a_dead_worker_fails_its_requests_and_health() {
-    let s = Setup::new(true, 256, 256).await;
-    let (status, _) = send(
+async fn health(s: &Setup) -> (StatusCode, Value) {
+    send_json(
         s.app(),
         Request::get("/health").body(Body::empty()).unwrap(),
     )
-    .await;
-    assert_eq!(status, StatusCode::OK);
+    .await
+}
+
+#[tokio::test]
+async fn a_dead_worker_fails_its_requests_and_health() {
+    let s = Setup::new(true, 256, 256).await;
+    assert_eq!(health(&s).await.0, StatusCode::OK);
     let app = s.app();
-    let pending = tokio::spawn(async move { send_json(app, chat(json!({}))).await });
+    let pending = tokio::spawn(async move { send(app, chat(json!({}))).await });
     s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
         .await;
     s.fake.kill();
+    // Its launcher's verdict (it died before serving): the retry finds no worker.
+    s.state.workers[0].fail("worker 0 exited before it was ready (exit status: 1)");
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), pending)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("disconnected"),
-        "{body}"
-    );
-    let (status, body) = send_json(
-        s.app(),
-        Request::get("/health").body(Body::empty()).unwrap(),
-    )
-    .await;
+    assert!(body.contains("no worker is ready"), "{body}");
+    let (status, body) = health(&s).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["workers"][0]["status"], "dead");
-    let (status, _) = send(s.app(), chat(json!({}))).await;
+    assert!(body["workers"][0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("exit status: 1"));
+    let response = s.app().oneshot(chat(json!({}))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn a_request_whose_worker_goes_away_before_its_first_token_is_retried() {
+    let s = Setup::new(true, 256, 256).await;
+    let app = s.app();
+    let pending = tokio::spawn(async move { send(app, chat(json!({"stream": true}))).await });
+    s.wait_for(|s| !s.fake.log.lock().unwrap().generated.is_empty())
+        .await;
+    s.fake.kill();
+    let worker = &s.state.workers[0];
+    let mut down = Box::pin(async {
+        while worker.is_ready() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(5), &mut down)
+        .await
+        .unwrap();
+    let (status, body) = health(&s).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["workers"][0]["status"], "down", "{body}");
+    // The worker comes back (its launcher restarted it): the request is sent again to it.
+    let back = FakeWorker::start_at(
+        &s.fake.address,
+        FakeScript {
+            reply: s.state.tokenizer.encode_blocking(ANSWER, false),
+            eos: EOS,
+            max_context: 256,
+            stall: false,
+        },
+    )
+    .await;
+    let (status, _) = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(back.log.lock().unwrap().generated.len(), 1);
+    let metrics = send(
+        s.app(),
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await
+    .1;
+    assert!(
+        metrics.contains("\nminisgl_request_retries_total 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("state=\"ready\"} 1\n"), "{metrics}");
 }
 
 #[tokio::test]

@@ -113,6 +113,8 @@ async fn a_dead_worker_frees_the_slots_of_its_requests() {
     s.wait_for(|s| s.generated() == 2).await;
     assert_eq!(s.in_flight(), 2);
     s.fake.kill();
+    // Its launcher gives up on it: the retries find no worker.
+    s.state.workers[0].fail("worker 0 exited before it was ready (exit status: 1)");
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), first)
         .await
         .unwrap()
