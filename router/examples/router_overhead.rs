@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use _router::api::admission::Admission;
 use _router::api::app;
+use _router::config::RoutingPolicy;
 use _router::routing::policy::create_policy;
 use _router::run::load_model_files;
 use _router::state::{AppState, Shared};
@@ -113,7 +114,7 @@ fn main() {
             tokenizer: files.tokenizer,
             template: files.template,
             workers: vec![client],
-            policy: create_policy(),
+            policy: create_policy(RoutingPolicy::CacheAware),
             max_context: ready.max_context.into(),
             started: 0,
             metrics: Default::default(),

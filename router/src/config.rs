@@ -30,6 +30,11 @@ pub struct Config {
     /// Attach a worker started elsewhere with `python -m minisgl_worker --listen ...` (repeatable).
     #[arg(long = "worker", value_name = "tcp://HOST:PORT")]
     pub remote_workers: Vec<String>,
+    /// Which worker serves a request: cache_aware (the one whose prefix cache holds most of
+    /// the prompt, unless load is imbalanced), round_robin, least_load (fewest in flight), or
+    /// power_of_two (the less loaded of two random workers).
+    #[arg(long, value_enum, default_value_t = RoutingPolicy::CacheAware)]
+    pub routing_policy: RoutingPolicy,
     /// Device of the spawned workers.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
@@ -112,6 +117,15 @@ pub struct Config {
     /// error, warn, info, debug or trace (RUST_LOG-style filters work too).
     #[arg(long, default_value = "info")]
     pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum RoutingPolicy {
+    CacheAware,
+    RoundRobin,
+    LeastLoad,
+    PowerOfTwo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

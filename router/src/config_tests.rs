@@ -22,6 +22,30 @@ fn defaults() {
 }
 
 #[test]
+fn routing_policies_by_name() {
+    assert_eq!(
+        parse(&[]).unwrap().routing_policy,
+        RoutingPolicy::CacheAware
+    );
+    for (name, policy) in [
+        ("cache_aware", RoutingPolicy::CacheAware),
+        ("round_robin", RoutingPolicy::RoundRobin),
+        ("least_load", RoutingPolicy::LeastLoad),
+        ("power_of_two", RoutingPolicy::PowerOfTwo),
+    ] {
+        let c = parse(&["--routing-policy", name]).unwrap();
+        assert_eq!(c.routing_policy, policy);
+    }
+    let err = parse(&["--routing-policy", "random"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("possible values: cache_aware, round_robin"),
+        "{err}"
+    );
+}
+
+#[test]
 fn max_requests_must_be_positive() {
     assert_eq!(
         parse(&["--max-requests", "2"]).unwrap().max_requests.get(),

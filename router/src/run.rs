@@ -170,7 +170,7 @@ async fn serve_http(
         tokenizer: files.tokenizer,
         template: files.template,
         workers: workers.clone(),
-        policy: create_policy(),
+        policy: create_policy(config.routing_policy),
         max_context: 0.into(),
         started: unix_now(),
         metrics: Default::default(),

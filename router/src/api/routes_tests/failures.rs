@@ -217,7 +217,7 @@ async fn chat_without_a_template_is_a_400() {
         tokenizer: shared_state.tokenizer.clone(),
         template: None,
         workers: shared_state.workers.clone(),
-        policy: create_policy(),
+        policy: create_policy(crate::config::RoutingPolicy::CacheAware),
         max_context: 256.into(),
         started: 0,
         metrics: Default::default(),

@@ -12,6 +12,7 @@ use tower::ServiceExt;
 
 use super::app;
 use crate::api::admission::Admission;
+use crate::config::RoutingPolicy;
 use crate::routing::policy::create_policy;
 use crate::run::load_model_files;
 use crate::state::{AppState, Shared};
@@ -72,7 +73,7 @@ impl Setup {
             tokenizer: files.tokenizer,
             template: files.template,
             workers: vec![client],
-            policy: create_policy(),
+            policy: create_policy(RoutingPolicy::CacheAware),
             max_context: router_context.into(),
             started: 0,
             metrics: Default::default(),

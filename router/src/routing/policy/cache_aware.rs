@@ -11,8 +11,16 @@
 //!
 //! The chosen worker is then recorded in the index for this prompt, and its share of the
 //! index is capped at its KV capacity (LRU, evicting down to 90%), since its own cache can
-//! hold no more. A worker that has said `ready` again since (a remote worker that
-//! restarted) starts with an empty cache: its share of the index is dropped.
+//! hold no more. A worker that has said `ready` again since (restarted, or reconnected)
+//! starts with an empty cache: its share of the index is dropped.
+//!
+//! The thresholds, against SGLang's gateway (sgl-project/sglang, sgl-router): its
+//! `CacheAwareConfig::default()` (src/policies/mod.rs) has cache 0.5, balance 32 absolute,
+//! 1.1 relative; its launcher's flags (src/main.rs) default to 0.3, 64 and 1.5. Its load is
+//! the same quantity as ours, requests in flight from the router. We keep 0.5 (a worker
+//! must hold half the prompt to be worth queueing behind), 32 (below a worker's batch of
+//! running requests, so a hot prefix spills over before its worker queues), and 1.5 (the
+//! launcher's: 1.1 would break affinity at every small imbalance between two workers).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

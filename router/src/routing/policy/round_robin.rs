@@ -1,4 +1,7 @@
-//! Round-robin over the workers that are ready, skipping dead or still-loading ones.
+//! Round robin: request k goes to worker k mod N, skipping workers that are not ready. It
+//! ignores load and prefixes alike: each worker gets an even share of the requests (and,
+//! with shared prefixes, each computes every prefix itself), the baseline the others are
+//! measured against.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
