@@ -2,6 +2,7 @@
 through it, and when it restarts (a crash, a deploy) the requests it held fail with 503, the
 router connects again, and serves once the new worker has said ready."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def test_a_remote_worker_that_restarts_is_served_again(tmp_path: Path) -> None:
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=10)
         health = wait_health(server, 503, within_s=30)
-        assert health["workers"][0]["status"] == "connecting", health
+        assert health["workers"][0]["status"] == "down", health
         refused = complete(server, "The capital of France is")
         assert refused.status_code == 503, refused.text
         worker = start_worker(port, log_path)  # the same address
@@ -64,4 +65,45 @@ def test_a_remote_worker_that_restarts_is_served_again(tmp_path: Path) -> None:
             server.proc.send_signal(signal.SIGINT)
             assert server.proc.wait(timeout=60) == 0, server.log_tail()
         worker.kill()  # a remote worker outlives the router; this one is ours to stop
+        worker.wait()
+
+
+def test_a_remote_worker_that_stops_answering_is_marked_down_until_it_answers(
+    tmp_path: Path,
+) -> None:
+    port, log_path = free_port(), tmp_path / "worker.log"
+    worker = start_worker(port, log_path)
+    server = None
+    try:
+        server = start_router(tmp_path, "--worker", f"tcp://127.0.0.1:{port}")
+        assert complete(server, "The capital of France is").status_code == 200
+        body = {
+            "model": MODEL,
+            "prompt": "Once upon a time",
+            "max_tokens": 4000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        with requests.post(
+            f"{server.base_url}/v1/completions", json=body, stream=True, timeout=60
+        ) as resp:
+            lines = resp.iter_lines()
+            assert next(line for line in lines if line.startswith(b"data: {"))  # streaming
+            worker.send_signal(signal.SIGSTOP)  # alive, connected, silent
+            stopped = time.monotonic()
+            events = [json.loads(line[6:]) for line in lines if line.startswith(b"data: {")]
+        assert time.monotonic() - stopped < 10
+        assert "heartbeat" in events[-1]["error"]["message"], events[-1]
+        health = wait_health(server, 503, within_s=5)
+        assert health["workers"][0]["status"] == "down", health
+        worker.send_signal(signal.SIGCONT)
+        wait_health(server, 200, within_s=60)
+        again = complete(server, "The capital of France is")
+        assert again.status_code == 200, again.text
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        if server is not None:
+            server.proc.send_signal(signal.SIGINT)
+            assert server.proc.wait(timeout=60) == 0, server.log_tail()
+        worker.kill()
         worker.wait()

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import Server, start_router, stop_router
+from tests.e2e.test_workers import shared_prefix_requests
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -48,7 +49,10 @@ def wait_until(what, within_s: float, server: Server):
 
 def restarts(server: Server) -> list[int]:
     text = requests.get(f"{server.base_url}/metrics", timeout=10).text
-    return [int(n) for n in re.findall(r"^minisgl_worker_restarts_total\{.*\} (\d+)$", text, re.M)]
+    return [
+        int(n)
+        for n in re.findall(r"^minisgl_worker_restarts_total\{.*\} (\d+)$", text, re.MULTILINE)
+    ]
 
 
 def complete(server: Server, prompt: str, max_tokens: int = 8) -> requests.Response:
@@ -66,10 +70,16 @@ def one_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_a_killed_worker_ends_its_stream_with_an_error_and_comes_back(one_worker: Server) -> None:
     before = complete(one_worker, "The capital of France is")
     assert before.status_code == 200, before.text
-    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4000,
-            "ignore_eos": True, "stream": True}
-    with requests.post(f"{one_worker.base_url}/v1/completions", json=body, stream=True,
-                       timeout=60) as resp:
+    body = {
+        "model": MODEL,
+        "prompt": "Once upon a time",
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with requests.post(
+        f"{one_worker.base_url}/v1/completions", json=body, stream=True, timeout=60
+    ) as resp:
         lines = resp.iter_lines()
         assert next(line for line in lines if line.startswith(b"data: {"))  # streaming
         os.kill(worker_pid(one_worker, 0), signal.SIGKILL)
@@ -96,9 +106,12 @@ def test_a_killed_worker_ends_its_stream_with_an_error_and_comes_back(one_worker
 def test_two_workers_survive_a_kill_and_the_request_without_tokens_is_retried(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    server = start_router(tmp_path_factory.mktemp("two-kill"), "--workers", "2",
-                          "--routing-policy", "round_robin")
+    server = start_router(
+        tmp_path_factory.mktemp("two-kill"), "--workers", "2", "--routing-policy", "round_robin"
+    )
     try:
+        delta, sent = shared_prefix_requests(server, "roundrobin")
+        assert min(delta) > 0.4 * sent, delta  # two requests each
         # Worker 0 is frozen, so its request has no token yet when it is killed.
         victim = worker_pid(server, 0)
         os.kill(victim, signal.SIGSTOP)
@@ -110,7 +123,7 @@ def test_two_workers_survive_a_kill_and_the_request_without_tokens_is_retried(
             answers = [f.result() for f in pending]
         assert [a.status_code for a in answers] == [200] * len(prompts), [a.text for a in answers]
         retried = requests.get(f"{server.base_url}/metrics", timeout=10).text
-        assert re.search(r"^minisgl_request_retries_total [1-9]", retried, re.M), retried
+        assert re.search(r"^minisgl_request_retries_total [1-9]", retried, re.MULTILINE), retried
         wait_until(lambda: health(server)["status"] == "ok", 120, server)
         assert restarts(server) == [1, 0]
         assert complete(server, "Water boils at").status_code == 200

@@ -75,6 +75,33 @@ def test_a_shared_prefix_goes_back_to_the_worker_that_caches_it(two_workers: Ser
     assert cached >= 0.9 * (first["usage"]["prompt_tokens"] - 2), second["usage"]
 
 
+def prompt_tokens_after(server: Server, before: list[int], sent: int) -> list[int]:
+    """Each worker's prompt tokens since `before`, once `sent` of them were reported."""
+    deadline = time.monotonic() + 10
+    while True:
+        delta = [a - b for a, b in zip(prompt_tokens_per_worker(server, 0), before, strict=True)]
+        if sum(delta) >= sent or time.monotonic() > deadline:
+            return delta
+        time.sleep(0.3)
+
+
+def shared_prefix_requests(server: Server, tag: str) -> tuple[list[int], int]:
+    """Four requests sharing a long prefix, one after another -> (prompt tokens each
+    worker computed or cached for them, the prompt tokens sent)."""
+    before = prompt_tokens_per_worker(server, 0)
+    prefix = " ".join(f"{tag}{i}" for i in range(120))
+    sent = sum(
+        complete(server, f"{prefix} question {q}", max_tokens=1)["usage"]["prompt_tokens"]
+        for q in range(4)
+    )
+    return prompt_tokens_after(server, before, sent), sent
+
+
+def test_cache_aware_keeps_a_shared_prefix_on_one_worker(two_workers: Server) -> None:
+    delta, sent = shared_prefix_requests(two_workers, "cacheaware")
+    assert sorted(delta) == [0, sent], delta
+
+
 def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPathFactory) -> None:
     """SIGKILL leaves the router no chance to send `shutdown`: its worker notices that its
     parent is gone (`--parent-pid`) and exits instead of holding its memory forever."""
@@ -97,10 +124,16 @@ def test_workers_exit_when_the_router_is_killed_mid_generation(
     them to; it must not wait for a reader that will never come back."""
     server = start_router(tmp_path_factory.mktemp("killed-busy"))
     workers = descendants(server.proc.pid)
-    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4000,
-            "ignore_eos": True, "stream": True}
-    with requests.post(f"{server.base_url}/v1/completions", json=body, stream=True,
-                       timeout=60) as resp:
+    body = {
+        "model": MODEL,
+        "prompt": "Once upon a time",
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with requests.post(
+        f"{server.base_url}/v1/completions", json=body, stream=True, timeout=60
+    ) as resp:
         lines = resp.iter_lines()
         assert next(line for line in lines if line.startswith(b"data: {"))  # generating
         server.proc.send_signal(signal.SIGKILL)

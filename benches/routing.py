@@ -1,0 +1,203 @@
+"""Routing policies on one GPU: two workers sharing it (half the KV each), cache_aware
+against round_robin on a shared-prefix workload, and one worker holding everything.
+
+`groups` x `per_group` requests; a group's requests share a `prefix_len`-token prefix
+(random token ids) and add `suffix_len` of their own, generating `output_len` tokens
+(ignore_eos). They are interleaved (request j of every group, then j + 1: consecutive
+requests never share a prefix) and sent at once, `concurrency` in flight, to
+`minisgl-router --workers 2 --kv-tokens K` with both workers on GPU 0. K defaults to what
+holds `fit` prefixes (the whole set needs `groups`): round_robin makes each worker hold
+every prefix and thrash, cache_aware keeps each prefix on one worker. `single` is one
+worker with 2K tokens, the hit rate to match. Reported per run: wall time, requests/s,
+prompt and output tokens/s, the cached share of the prompt tokens (usage.cached_tokens).
+
+    H200:  python benches/routing.py            (the default model; --model PATH for others)
+    CPU:   python benches/routing.py --small --device cpu   (a quick check that it runs)
+
+Writes $OUT/routing.json when OUT is set; prints a markdown table last."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+
+SMALL = {
+    "groups": 8,
+    "per_group": 2,
+    "prefix_len": 256,
+    "suffix_len": 8,
+    "output_len": 4,
+    "fit": 5,
+    "concurrency": 8,
+}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="HF-style folder (default: the embedded default model)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--groups", type=int, default=64)
+    p.add_argument("--per-group", type=int, default=8)
+    p.add_argument("--prefix-len", type=int, default=2048)
+    p.add_argument("--suffix-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--fit", type=int, default=40, help="prefixes one worker's KV holds")
+    p.add_argument("--kv-tokens", type=int, default=0, help="per worker; 0: from --fit")
+    p.add_argument("--concurrency", type=int, default=128)
+    p.add_argument("--runs", default="cache_aware,round_robin,single")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--small", action="store_true", help="CPU quick check: " + str(SMALL))
+    args = p.parse_args()
+    if args.small:
+        for key, value in SMALL.items():
+            setattr(args, key, value)
+    if not args.kv_tokens:
+        args.kv_tokens = args.fit * (args.prefix_len + args.suffix_len + args.output_len)
+    return args
+
+
+def make_prompts(args: argparse.Namespace) -> list[list[int]]:
+    """Interleaved: position j * groups + g is request j of group g."""
+    rng = random.Random(args.seed)
+    ids = lambda n: [rng.randint(100, 10000) for _ in range(n)]
+    prefixes = [ids(args.prefix_len) for _ in range(args.groups)]
+    return [
+        prefixes[g] + ids(args.suffix_len)
+        for _ in range(args.per_group)
+        for g in range(args.groups)
+    ]
+
+
+def start_router(args: argparse.Namespace, workers: int, policy: str, log: Path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "minisgl-router"
+    cmd = [
+        str(exe),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--device",
+        args.device,
+        "--routing-policy",
+        policy,
+        "--kv-tokens",
+        str(args.kv_tokens * (3 - workers)),
+    ]
+    if args.model:
+        cmd += ["--model", args.model]
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
+    }  # both workers on one GPU
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"router exited {proc.returncode}; see {log}")
+        try:
+            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except requests.ConnectionError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise SystemExit(f"router not ready after 900 s; see {log}")
+
+
+def model_name(url: str) -> str:
+    return requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: Path) -> dict:
+    workers, policy = (1, "cache_aware") if name == "single" else (2, name)
+    proc, url = start_router(args, workers, policy, log)
+    try:
+        model = model_name(url)
+
+        def send(prompt: list[int]) -> dict[str, Any]:
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": args.output_len,
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+            r = requests.post(f"{url}/v1/completions", json=body, timeout=3600)
+            r.raise_for_status()
+            return r.json()["usage"]
+
+        send(prompts[0][: args.suffix_len])  # warm-up, shares no prefix
+        start = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            usages = list(pool.map(send, prompts))
+        wall = time.perf_counter() - start
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
+    output = sum(u["completion_tokens"] for u in usages)
+    return {
+        "run": name,
+        "workers": workers,
+        "kv_tokens_per_worker": args.kv_tokens * (3 - workers),
+        "wall_s": round(wall, 2),
+        "req_per_s": round(len(prompts) / wall, 2),
+        "prompt_tok_per_s": round(prompt / wall),
+        "output_tok_per_s": round(output / wall),
+        "hit_rate": round(cached / prompt, 3),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        (
+            "| run | workers | KV tokens each | wall s | req/s | prompt tok/s | output tok/s "
+            "| hit rate |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['workers']} | {r['kv_tokens_per_worker']} | "
+            f"{r['wall_s']} | {r['req_per_s']} | {r['prompt_tok_per_s']} | "
+            f"{r['output_tok_per_s']} | {r['hit_rate']:.1%} |"
+        )
+    by = {r["run"]: r for r in rows}
+    if "cache_aware" in by and "round_robin" in by:
+        speedup = by["round_robin"]["wall_s"] / by["cache_aware"]["wall_s"]
+        lines.append(f"\ncache_aware / round_robin throughput: {speedup:.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    prompts = make_prompts(args)
+    out = Path(os.environ.get("OUT", "/tmp"))
+    rows = []
+    for name in args.runs.split(","):
+        rows.append(run_one(args, name, prompts, out / f"routing-{name}.log"))
+        print(json.dumps(rows[-1]), flush=True)
+    if "OUT" in os.environ:
+        (out / "routing.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
