@@ -85,10 +85,22 @@ def prompt_tokens_after(server: Server, before: list[int], sent: int) -> list[in
         time.sleep(0.3)
 
 
+def settled_prompt_tokens(server: Server) -> list[int]:
+    """Each worker's prompt tokens once earlier requests are all reported: two readings
+    further apart than a `load` interval (1 s idle) agree."""
+    last = prompt_tokens_per_worker(server, 0)
+    while True:
+        time.sleep(1.5)
+        now = prompt_tokens_per_worker(server, 0)
+        if now == last:
+            return now
+        last = now
+
+
 def shared_prefix_requests(server: Server, tag: str) -> tuple[list[int], int]:
     """Four requests sharing a long prefix, one after another -> (prompt tokens each
     worker computed or cached for them, the prompt tokens sent)."""
-    before = prompt_tokens_per_worker(server, 0)
+    before = settled_prompt_tokens(server)
     prefix = " ".join(f"{tag}{i}" for i in range(120))
     sent = sum(
         complete(server, f"{prefix} question {q}", max_tokens=1)["usage"]["prompt_tokens"]
