@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The router alone, measured from outside by benches/online.py: a stub worker that does no
+# The router alone, measured from outside by benches/online/online.py: a stub worker that does no
 # work (router/examples/stub_worker.rs, its own process), the real `minisgl-router` attached
 # to it with --worker, and the load generator at a fixed rate. TTFT and E2E of that run are
 # what the router (HTTP, tokenize, route, ZMQ, detokenize, SSE) adds, plus the client's own
@@ -25,6 +25,6 @@ for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$ROUTER_PORT/health" >/dev/null && break
     sleep 0.2
 done
-"$PY" benches/online.py --base-url "http://127.0.0.1:$ROUTER_PORT" --endpoint /v1/completions \
+"$PY" benches/online/online.py --base-url "http://127.0.0.1:$ROUTER_PORT" --endpoint /v1/completions \
     --tokenizer "$MODEL" --prompt-kind words --input-len 512 --output-len 64 \
     --request-rates 500 --num-prompts 2500 --warmup 200 --label router+stub "$@"

@@ -1,6 +1,6 @@
 //! A stub worker in its own process: the instant mock of examples/common/mock_worker.rs bound
 //! on `--listen`, for a router started with `--worker` and driven by any HTTP client
-//! (benches/router_stub.sh drives it with benches/online.py). It does no model work, so what
+//! (benches/router_stub.sh drives it with benches/online/online.py). It does no model work, so what
 //! a client measures through the router is the router's own cost plus the client's.
 //!
 //!   cargo run --release --example stub_worker -- --listen tcp://127.0.0.1:5599 [--model DIR]

@@ -1,4 +1,4 @@
-"""benches/online.py refuses bad flags by name and limit before it sends any request."""
+"""benches/online/online.py refuses bad flags by name and limit before it sends any request."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benches/online.py"
+BENCH = Path(__file__).resolve().parents[2] / "benches/online/online.py"
 
 
 @pytest.mark.parametrize(("flags", "message"), [

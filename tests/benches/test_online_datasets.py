@@ -1,4 +1,4 @@
-"""benches/online_datasets.py, benches/online.py's schedule and benches/random_model.py:
+"""benches/online/online_datasets.py, benches/online/online.py's schedule and benches/online/random_model.py:
 seeded, exact-length request sets, and a model folder both servers tokenize alike."""
 
 import json

@@ -1,4 +1,4 @@
-"""benches/online_metrics.py and the stream reader of benches/online_client.py on synthetic
+"""benches/online/online_metrics.py and the stream reader of benches/online/online_client.py on synthetic
 streams with known timings: the figures vllm's definitions give by hand."""
 
 import asyncio

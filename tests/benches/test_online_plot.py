@@ -1,4 +1,4 @@
-"""benches/online_plot.py: PNGs per model shape and the side-by-side table with ratios."""
+"""benches/online/online_plot.py: PNGs per model shape and the side-by-side table with ratios."""
 
 import json
 import math

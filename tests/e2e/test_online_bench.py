@@ -1,4 +1,4 @@
-"""benches/online.py against the real router and default model: every request completes,
+"""benches/online/online.py against the real router and default model: every request completes,
 the output-token count is the server's usage and what ignore_eos asked for, and prompts of
 random token ids are exactly the drawn lengths under the model's tokenizer."""
 
@@ -18,7 +18,7 @@ DATASET = ["--input-len", "24", "--output-len", "4", "--range-ratio", "0.5"]
 
 def bench(server: Server, tmp_path: Path, *args: str) -> list[dict]:
     out = tmp_path / "online.jsonl"
-    cmd = [sys.executable, str(ROOT / "benches/online.py"), "--base-url", server.base_url,
+    cmd = [sys.executable, str(ROOT / "benches/online/online.py"), "--base-url", server.base_url,
            "--tokenizer", ensure_default_model(), *DATASET, "--num-prompts", "3",
            "--json", str(out), *args]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
@@ -28,7 +28,7 @@ def bench(server: Server, tmp_path: Path, *args: str) -> list[dict]:
 
 def drawn(n: int, seed: int) -> tuple[int, str]:
     """(prompt tokens, fingerprint) of the requests the bench draws with these flags."""
-    sys.path.insert(0, str(ROOT / "benches"))
+    sys.path.insert(0, str(ROOT / "benches" / "online"))
     import online
 
     args = online.parser().parse_args(["--tokenizer", ensure_default_model(), *DATASET])

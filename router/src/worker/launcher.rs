@@ -1,60 +1,20 @@
-//! Local workers: spawn `python -m minisgl_worker` per worker, supervise the process, and stop
-//! it cleanly. A worker that exits before its first `ready` fails startup with its exit
-//! status. One that exits after serving is restarted: its client goes down at once (every
-//! request it held gets an error, new ones go elsewhere or get 503), and a new process is
-//! started after a backoff (`Backoff`: 1 s doubling to 30 s, back to 1 s once a process
-//! has lived a minute), so a crash loop costs little and shows in the log and in
-//! `minisgl_worker_restarts_total`.
+//! Local workers: spawn `python -m minisgl_worker` per worker (its command line, its GPU and
+//! CPU threads), hand the process to its `Supervisor` (supervisor.rs: restarts), and stop it
+//! cleanly: `shutdown`, then SIGTERM, then SIGKILL, and its socket file removed.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
 
 use super::client::WorkerClient;
 use super::protocol::Ready;
+use super::supervisor::Supervisor;
 
-/// How long a worker gets to exit after `shutdown` before SIGTERM, and after SIGTERM
-/// before SIGKILL.
+/// How long a worker gets to exit after `shutdown` before it is terminated.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-const TERM_GRACE: Duration = Duration::from_secs(3);
-
-/// Restart delays: the first, the cap, and how long a process must live to reset them.
-const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
-const HEALTHY_UPTIME: Duration = Duration::from_secs(60);
-/// From this many exits in a row (each within a minute of its start) it is a crash loop.
-const CRASH_LOOP: u32 = 3;
-
-/// The delay before each restart of one worker.
-#[derive(Debug)]
-struct Backoff {
-    next: Duration,
-    /// Exits in a row, each within `HEALTHY_UPTIME` of its start.
-    quick_exits: u32,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        Self {
-            next: BACKOFF_FIRST,
-            quick_exits: 0,
-        }
-    }
-
-    /// A process that lived `uptime` exited -> how long to wait before the next one.
-    fn after_exit(&mut self, uptime: Duration) -> Duration {
-        if uptime >= HEALTHY_UPTIME {
-            *self = Self::new();
-        }
-        self.quick_exits += 1;
-        let delay = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        delay
-    }
-}
 
 /// What every spawned worker is started with.
 #[derive(Debug, Clone)]
@@ -245,7 +205,7 @@ fn remove_socket(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-fn start_process(spec: &LaunchSpec, index: usize) -> Result<Child, String> {
+pub(super) fn start_process(spec: &LaunchSpec, index: usize) -> Result<Child, String> {
     let (address, socket_path) = spec.address(index);
     let _ = std::fs::remove_file(&socket_path);
     let child = spec
@@ -254,98 +214,6 @@ fn start_process(spec: &LaunchSpec, index: usize) -> Result<Child, String> {
         .map_err(|e| format!("cannot start worker {index} with {}: {e}", spec.python))?;
     tracing::info!(index, pid = child.id(), %address, "spawned worker");
     Ok(child)
-}
-
-/// Watches one local worker's process and starts it again when it exits.
-struct Supervisor {
-    spec: LaunchSpec,
-    index: usize,
-    client: WorkerClient,
-    kill: oneshot::Receiver<()>,
-}
-
-impl Supervisor {
-    /// Until the worker is stopped, or dies before its first `ready`.
-    async fn run(mut self, first: Child) {
-        let mut backoff = Backoff::new();
-        let mut child = Some(first);
-        loop {
-            let started = Instant::now();
-            let exit = match child.as_mut() {
-                Some(process) => tokio::select! {
-                    status = process.wait() => describe(status),
-                    _ = &mut self.kill => {
-                        let status = describe(terminate(process).await);
-                        return self.client.fail(&self.exit_message(&status));
-                    }
-                },
-                None => "it could not be started".to_string(),
-            };
-            let message = self.exit_message(&exit);
-            if self.client.is_stopping() || !self.client.was_ready() {
-                // An expected exit, or a startup failure: final either way.
-                return self.client.fail(&message);
-            }
-            let delay = backoff.after_exit(started.elapsed());
-            let restarts = self.client.restarts() + 1;
-            let plan = format!("{message}; restart {restarts} in {} s", delay.as_secs());
-            tracing::error!("{plan}");
-            if backoff.quick_exits >= CRASH_LOOP {
-                tracing::error!(
-                    "worker {} is crash-looping: {} exits in a row within a minute of starting; \
-                     see its log above",
-                    self.index,
-                    backoff.quick_exits
-                );
-            }
-            self.client.go_down(&plan);
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                _ = &mut self.kill => return self.client.fail(&message),
-            }
-            if self.client.is_stopping() {
-                return self.client.fail(&message);
-            }
-            self.client.count_restart();
-            child = match start_process(&self.spec, self.index) {
-                Ok(process) => Some(process),
-                Err(e) => {
-                    tracing::error!("{e}");
-                    None
-                }
-            };
-        }
-    }
-
-    fn exit_message(&self, status: &str) -> String {
-        let when = if self.client.was_ready() {
-            ""
-        } else {
-            " before it was ready"
-        };
-        format!("worker {} exited{when} ({status})", self.index)
-    }
-}
-
-fn describe(status: std::io::Result<std::process::ExitStatus>) -> String {
-    match status {
-        Ok(s) => s.to_string(),
-        Err(e) => format!("unknown status ({e})"),
-    }
-}
-
-/// SIGTERM (the worker unwinds and closes its socket), then SIGKILL if it lingers.
-async fn terminate(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
-    #[cfg(unix)]
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        if let Ok(status) = tokio::time::timeout(TERM_GRACE, child.wait()).await {
-            return status;
-        }
-    }
-    let _ = child.kill().await;
-    child.wait().await
 }
 
 /// Waits for `ready` from a worker, failing on its death or after `timeout`.
@@ -362,6 +230,7 @@ pub async fn wait_ready(client: &WorkerClient, timeout: Duration) -> Result<Read
 
 #[cfg(test)]
 mod tests {
+    use super::super::supervisor::TERM_GRACE;
     use super::*;
 
     fn spec(python: &str, count: usize, device: &str) -> LaunchSpec {
@@ -385,18 +254,6 @@ mod tests {
             kv_cache_dtype: Some("fp8_e4m3"),
             count,
         }
-    }
-
-    #[test]
-    fn restarts_back_off_doubling_to_a_cap_and_reset_after_a_healthy_minute() {
-        let mut b = Backoff::new();
-        let quick = Duration::from_secs(2);
-        let delays: Vec<u64> = (0..7).map(|_| b.after_exit(quick).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
-        assert_eq!(b.quick_exits, 7);
-        assert_eq!(b.after_exit(HEALTHY_UPTIME).as_secs(), 1);
-        assert_eq!(b.quick_exits, 1);
-        assert_eq!(b.after_exit(quick).as_secs(), 2);
     }
 
     #[test]

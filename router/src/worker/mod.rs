@@ -8,6 +8,7 @@ pub mod protocol;
 mod registry;
 pub mod request;
 mod socket;
+mod supervisor;
 
 pub use client::{WorkerClient, WorkerState};
 pub use registry::Event;
