@@ -120,6 +120,7 @@ fn main() {
             metrics: Default::default(),
             admission: Admission::new(usize::MAX),
             web_ui: true,
+            api_key: None,
         });
         let probe = state.tokenizer.encode_blocking(&probe_text, true);
         eprintln!("text prompt: {} tokens", probe.len());

@@ -20,6 +20,7 @@ pub struct Config {
     /// The name clients pass as `model` (default: the model folder's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Address to listen on; anything but loopback wants --api-key (a warning says so).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, default_value_t = 8000)]
@@ -111,6 +112,15 @@ pub struct Config {
     /// one (http only).
     #[arg(long, value_name = "http://HOST:PORT", requires = "shell")]
     pub url: Option<String>,
+    /// Every route but /health and the chat page wants `Authorization: Bearer KEY` (401
+    /// otherwise); with --shell, the key the shell sends.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "MINISGL_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
     /// Do not serve the chat page at `/` (it is a 404 then).
     #[arg(long)]
     pub no_web_ui: bool,
@@ -207,7 +217,22 @@ impl Config {
         Duration::from_secs(self.ready_timeout)
     }
 
+    /// Why the server is exposed, if it is: bound beyond loopback with no --api-key.
+    pub fn exposure_warning(&self) -> Option<String> {
+        if self.api_key.is_some() || crate::api::auth::is_loopback(&self.host) {
+            return None;
+        }
+        Some(format!(
+            "--host {} is reachable from other machines and there is no --api-key: anyone \
+             who can reach it can use the API",
+            self.host
+        ))
+    }
+
     pub fn check(&self) -> Result<(), String> {
+        if self.api_key.as_deref() == Some("") {
+            return Err("--api-key (or MINISGL_API_KEY) must not be empty".into());
+        }
         if self.local_workers() == 0 && self.remote_workers.is_empty() {
             return Err("no workers: give --workers N (N >= 1) or --worker tcp://HOST:PORT".into());
         }

@@ -163,3 +163,24 @@ fn engine_flags_for_the_spawned_workers() {
         assert_eq!(parse(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
     }
 }
+
+#[test]
+fn api_key_and_the_exposure_warning() {
+    let c = parse(&["--host", "0.0.0.0"]).unwrap();
+    let warning = c.exposure_warning().unwrap();
+    assert!(warning.starts_with("--host 0.0.0.0 is reachable from other machines"));
+    let c = parse(&["--host", "0.0.0.0", "--api-key", "k"]).unwrap();
+    assert_eq!(
+        (c.api_key.as_deref(), c.exposure_warning()),
+        (Some("k"), None)
+    );
+    assert_eq!(
+        parse(&["--host", "localhost"]).unwrap().exposure_warning(),
+        None
+    );
+    let empty = parse(&["--api-key", ""]).unwrap();
+    assert_eq!(
+        empty.check().unwrap_err(),
+        "--api-key (or MINISGL_API_KEY) must not be empty"
+    );
+}

@@ -15,6 +15,8 @@ pub enum ApiError {
     },
     /// The `model` field names a model this router does not serve.
     ModelNotFound(String),
+    /// No or a wrong `Authorization: Bearer` key (`--api-key`).
+    Unauthorized(String),
     /// No such route.
     NotFound(String),
     PayloadTooLarge(String),
@@ -47,6 +49,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -60,6 +63,7 @@ impl ApiError {
         match self {
             Self::BadRequest { message, .. } => message,
             Self::ModelNotFound(m)
+            | Self::Unauthorized(m)
             | Self::NotFound(m)
             | Self::PayloadTooLarge(m)
             | Self::MethodNotAllowed(m)
@@ -78,6 +82,7 @@ impl ApiError {
                 Some("model_not_found"),
                 Some("model".into()),
             ),
+            Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),
             Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
             Self::PayloadTooLarge(_) => ("invalid_request_error", Some("payload_too_large"), None),
             Self::MethodNotAllowed(_) => {
@@ -105,6 +110,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Self::Unauthorized(_) = self {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -32,7 +32,7 @@ pub fn run(config: Config, python: String) -> i32 {
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
     let result = match &config.url {
-        Some(url) => runtime.block_on(crate::shell::run(url, None)),
+        Some(url) => runtime.block_on(crate::shell::run(url, config.api_key.clone())),
         None => runtime.block_on(serve(config, python)),
     };
     match result {
@@ -95,6 +95,9 @@ pub fn load_model_files(dir: &Path, served_name: Option<&str>) -> Result<ModelFi
 
 async fn serve(config: Config, python: String) -> Result<(), String> {
     config.check()?;
+    if let Some(warning) = config.exposure_warning() {
+        tracing::warn!("{warning}");
+    }
     let model_dir = config.model.clone().ok_or("no --model given")?;
     let files = load_model_files(&model_dir, config.served_model_name.as_deref())?;
     let address = format!("{}:{}", config.host, config.port);
@@ -176,6 +179,7 @@ async fn serve_http(
         metrics: Default::default(),
         admission: Admission::new(config.max_requests.get()),
         web_ui: !config.no_web_ui,
+        api_key: config.api_key.clone(),
     });
     let address = listener
         .local_addr()
@@ -193,7 +197,8 @@ async fn serve_http(
         Ok(max_context) => {
             state.set_max_context(max_context);
             tracing::info!(model = %state.model_name, max_context, "ready on http://{address}");
-            let served = serve_until_stopped(config.shell, &local_url(address)).await;
+            let url = local_url(address);
+            let served = serve_until_stopped(config.shell, &url, config.api_key.clone()).await;
             tracing::info!("shutting down");
             served
         }
@@ -211,13 +216,17 @@ async fn serve_http(
 
 /// Until SIGTERM or Ctrl-C; with `--shell`, until the shell ends or SIGTERM (Ctrl-C is the
 /// shell's then: it stops an answer).
-async fn serve_until_stopped(shell: bool, url: &str) -> Result<(), String> {
+async fn serve_until_stopped(
+    shell: bool,
+    url: &str,
+    api_key: Option<String>,
+) -> Result<(), String> {
     if !shell {
         shutdown_signal(true).await;
         return Ok(());
     }
     tokio::select! {
-        result = crate::shell::run(url, None) => result,
+        result = crate::shell::run(url, api_key) => result,
         _ = shutdown_signal(false) => Ok(()),
     }
 }

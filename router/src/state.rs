@@ -34,6 +34,8 @@ pub struct Shared {
     pub admission: Admission,
     /// Serve the chat page at `/` (off with `--no-web-ui`).
     pub web_ui: bool,
+    /// `--api-key`: the bearer token every route but `/health` and the page wants.
+    pub api_key: Option<String>,
 }
 
 impl AppState {

@@ -9,6 +9,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
+use crate::api::auth::require_key;
 use crate::api::chat::{self, ChatFormat};
 use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
@@ -40,6 +41,7 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), require_key))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,

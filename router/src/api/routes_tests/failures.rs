@@ -223,6 +223,7 @@ async fn chat_without_a_template_is_a_400() {
         metrics: Default::default(),
         admission: Admission::new(16),
         web_ui: true,
+        api_key: None,
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

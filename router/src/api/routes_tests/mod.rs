@@ -21,6 +21,7 @@ use crate::worker::fake::{FakeScript, FakeWorker};
 use crate::worker::launcher::wait_ready;
 use crate::worker::WorkerClient;
 
+mod auth;
 mod failures;
 mod generation;
 mod native;
@@ -35,35 +36,69 @@ struct Setup {
     state: AppState,
 }
 
+/// How a test's router and fake worker are set up; `Options::default()` is a normal worker
+/// behind a router with the default flags (and a context of 256 on both sides).
+struct Options {
+    /// The fake worker holds every request until `FakeWorker::resume`.
+    stall: bool,
+    worker_context: u32,
+    router_context: u32,
+    max_requests: usize,
+    web_ui: bool,
+    api_key: Option<&'static str>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            stall: false,
+            worker_context: 256,
+            router_context: 256,
+            max_requests: 4096,
+            web_ui: true,
+            api_key: None,
+        }
+    }
+}
+
 impl Setup {
     async fn new(stall: bool, worker_context: u32, router_context: u32) -> Self {
-        Self::build(stall, worker_context, router_context, 4096, true).await
+        Self::with(Options {
+            stall,
+            worker_context,
+            router_context,
+            ..Options::default()
+        })
+        .await
     }
 
     /// A stalled worker (see `FakeWorker::resume`) behind `--max-requests max_requests`.
     async fn limited(max_requests: usize) -> Self {
-        Self::build(true, 256, 256, max_requests, true).await
+        Self::with(Options {
+            stall: true,
+            max_requests,
+            ..Options::default()
+        })
+        .await
     }
 
     /// A normal worker behind a router started with `--no-web-ui`.
     async fn without_page() -> Self {
-        Self::build(false, 256, 256, 4096, false).await
+        Self::with(Options {
+            web_ui: false,
+            ..Options::default()
+        })
+        .await
     }
 
-    async fn build(
-        stall: bool,
-        worker_context: u32,
-        router_context: u32,
-        limit: usize,
-        web_ui: bool,
-    ) -> Self {
+    async fn with(o: Options) -> Self {
         let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
         let reply = files.tokenizer.encode_blocking(ANSWER, false);
         let fake = FakeWorker::start(FakeScript {
             reply,
             eos: EOS,
-            max_context: worker_context,
-            stall,
+            max_context: o.worker_context,
+            stall: o.stall,
         })
         .await;
         let client = WorkerClient::connect(&fake.address);
@@ -74,11 +109,12 @@ impl Setup {
             template: files.template,
             workers: vec![client],
             policy: create_policy(RoutingPolicy::CacheAware),
-            max_context: router_context.into(),
+            max_context: o.router_context.into(),
             started: 0,
             metrics: Default::default(),
-            admission: Admission::new(limit),
-            web_ui,
+            admission: Admission::new(o.max_requests),
+            web_ui: o.web_ui,
+            api_key: o.api_key.map(str::to_string),
         });
         Self { fake, state }
     }
