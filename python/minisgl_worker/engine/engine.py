@@ -19,6 +19,7 @@ import torch
 from ..attention import GraphAttnBackend, create_attention_backend, resolve_backend_name
 from ..context import Context, clear_global_ctx, set_global_ctx
 from ..core import Batch, RouteKind
+from ..distributed import get_comm, get_tp_info
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig, create_model
 from ..transfer import to_device
@@ -52,6 +53,10 @@ class Engine:
         self.device = device = config.resolve_device()
         self.dtype = config.resolve_dtype(device)
         self.model_config = cfg = ModelConfig.from_hf(config.model_path)
+        self.tp = tp = get_tp_info()
+        # This rank's heads and MLP columns: what the KV pool, attention and kernels see.
+        self.rank_config = rcfg = cfg.per_rank(tp.size)
+        self.comm = get_comm() if tp.size > 1 else None
         self.model_name = Path(config.model_path).resolve().name
         self.max_running = config.resolve_max_running(device)
         self.page_size = config.resolve_page_size(device)
@@ -62,19 +67,19 @@ class Engine:
             f"(--attention-backend torch); this engine's is {self.backend_name}")
         fused = fused_kernels(self.backend_name, self.dtype)
         gpu = Gpu.of(device) if device.type == "cuda" else None
-        self.routes: RouteTable = build_table(config, cfg, self.backend_name == "flashinfer",
+        self.routes: RouteTable = build_table(config, rcfg, self.backend_name == "flashinfer",
                                               fused, gpu, self.max_running)
         sizes = self.routes.sizes
-        self.kernels = choose_kernels(cfg, fused, self.dtype, device, self.page_size,
+        self.kernels = choose_kernels(rcfg, fused, self.dtype, device, self.page_size,
                                       sizes.decode, config.gemm)
         self.model = create_model(config.model_path, cfg, self.dtype, device,
                                   config.load_format, self.kernels)
         num_pages = self._num_pages()
         scales = None
         if self.kv_dtype != self.dtype:
-            scales = calibrate(self.model, cfg, self.backend_name, self.routes, self.dtype,
+            scales = calibrate(self.model, rcfg, self.backend_name, self.routes, self.dtype,
                                device, self.page_size)
-        self.kv_pool = MHAKVPool(cfg.num_layers, num_pages, self.page_size, cfg.num_kv_heads,
+        self.kv_pool = MHAKVPool(cfg.num_layers, num_pages, self.page_size, rcfg.num_kv_heads,
                                  cfg.head_dim, self.kv_dtype, device, scales)
         # The context a request may reach: the model's, capped so one request always fits.
         self.max_context = min(cfg.max_context, self.kv_pool.num_slots)
@@ -82,7 +87,7 @@ class Engine:
                                       device=device)
         self.attn_backend = create_attention_backend(
             self.backend_name, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
-            cfg.num_heads,  # tp_size 1: every query head is local
+            rcfg.num_heads,
         )
         self.sampler = Sampler(list(cfg.eos_token_ids), device)
         # The last sampled token of each request slot: a decode's input when the host does
@@ -110,7 +115,15 @@ class Engine:
             self.page_size, self.max_context)
 
     def _num_pages(self) -> int:
-        cfg, ps, sizes = self.model_config, self.page_size, self.routes.sizes
+        """KV pages on this rank; in a TP group, the fewest any rank can hold (every rank
+        runs the same batches)."""
+        pages = self._rank_pages()
+        if self.tp.size > 1:
+            pages = get_comm().min_int(pages)
+        return pages
+
+    def _rank_pages(self) -> int:
+        cfg, ps, sizes = self.rank_config, self.page_size, self.routes.sizes
         if self.config.kv_tokens:
             return -(-self.config.kv_tokens // ps)
         per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
@@ -143,6 +156,10 @@ class Engine:
         logits = self.runners[route.kind].run(batch, route)  # (B, V), the sampling rows
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens = sample.tokens
+        if self.comm is not None:
+            # Every rank keeps rank 0's draw: the ranks' host RNGs differ, and a rank that
+            # sampled otherwise would schedule other batches from then on.
+            self.comm.broadcast(tokens)
         if batch.sample_reqs:
             rows = batch.sample_rows
             if rows is None:

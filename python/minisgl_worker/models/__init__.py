@@ -39,7 +39,7 @@ def create_model(
     with torch.device(device), _default_dtype(dtype):
         model = LlamaForCausalLM(cfg, kernels)
     if load_format == "dummy":
-        init_random(model)
+        init_random(model, cfg)
     else:
         load_safetensors(model, Path(path), cfg.tie_word_embeddings)
     return model.eval()

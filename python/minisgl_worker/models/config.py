@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,22 @@ class ModelConfig:
     def __post_init__(self) -> None:
         assert self.num_heads % self.num_kv_heads == 0, "num_heads must divide by kv heads"
         assert self.model_type in SUPPORTED_ARCHS, f"unsupported model_type {self.model_type}"
+
+    def per_rank(self, tp: int) -> ModelConfig:
+        """What one of `tp` ranks computes: its query heads, its KV heads (num_kv_heads / tp,
+        or one replicated head when tp exceeds them) and its MLP columns. Hidden size and
+        vocabulary stay whole (the LM head gathers every rank's logits). The attention
+        backend, the KV pool and the kernel choice are sized by this view."""
+        if tp == 1:
+            return self
+        assert self.num_heads % tp == 0, f"num_heads={self.num_heads} is not divisible by tp={tp}"
+        assert self.intermediate_size % tp == 0, (
+            f"intermediate_size={self.intermediate_size} is not divisible by tp={tp}")
+        assert self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0, (
+            f"num_kv_heads={self.num_kv_heads} and tp={tp}: one must divide the other")
+        return replace(self, num_heads=self.num_heads // tp,
+                       num_kv_heads=max(1, self.num_kv_heads // tp),
+                       intermediate_size=self.intermediate_size // tp)
 
     @classmethod
     def from_hf(cls, path: str | Path) -> ModelConfig:

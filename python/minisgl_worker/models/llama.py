@@ -140,16 +140,16 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(hidden[indices], out=out)
 
 
-def linear_shapes(cfg: ModelConfig) -> dict[tuple[int, int], int]:
-    """The (N, K) weight shapes of the model's bias-free linears -> how many layers hold each
-    (what the GEMM choice is timed over before the model exists)."""
-    tp = get_tp_info().size
+def linear_shapes(rank_cfg: ModelConfig) -> dict[tuple[int, int], int]:
+    """The (N, K) weight shapes of one rank's bias-free linears (`rank_cfg`: the model's
+    `per_rank` view) -> how many layers hold each (what the GEMM choice is timed over before
+    the model exists)."""
+    cfg = rank_cfg
     q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
         cfg.intermediate_size
     shapes: dict[tuple[int, int], int] = {}
-    linears = [((q + 2 * kv) // tp, cfg.hidden_size, cfg.qkv_bias),
-               (cfg.hidden_size, q // tp, cfg.o_bias),
-               (2 * inter // tp, cfg.hidden_size, False), (cfg.hidden_size, inter // tp, False)]
+    linears = [(q + 2 * kv, cfg.hidden_size, cfg.qkv_bias), (cfg.hidden_size, q, cfg.o_bias),
+               (2 * inter, cfg.hidden_size, False), (cfg.hidden_size, inter, False)]
     for n, k, bias in linears:
         if not bias:
             shapes[n, k] = shapes.get((n, k), 0) + cfg.num_layers

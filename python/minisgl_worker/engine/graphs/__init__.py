@@ -8,6 +8,7 @@ import torch
 from ...attention import BaseAttnBackend, GraphAttnBackend
 from ...context import Context
 from ...core import Batch, Route, RouteKind
+from ...distributed import get_tp_info
 from ...models import LlamaForCausalLM
 from ...transfer import to_device
 from ..route import GraphSizes
@@ -48,7 +49,7 @@ def capture_graphs(model: LlamaForCausalLM, backend: GraphAttnBackend, ctx: Cont
         cap = Capture(device)
         dtype = next(model.parameters()).dtype
         runners[RouteKind.PIECEWISE] = PiecewiseGraphs(
-            model, backend, ctx, sizes.pieces, cap, dummy_slot, (cfg.num_heads, cfg.head_dim),
+            model, backend, ctx, sizes.pieces, cap, dummy_slot, (cfg.num_heads // get_tp_info().size, cfg.head_dim),
             dtype)
         if sizes.mixed:
             runners[RouteKind.MIXED_GRAPH] = MixedGraphs(model, backend, ctx, sizes.mixed, cap,
