@@ -19,10 +19,13 @@ import argparse
 import json
 import logging
 import os
+import random
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 from common import drop_prefix_cache, mixed_graph_option, workload
 from minisgl_worker.core import RouteKind
@@ -137,6 +140,21 @@ class StepTimer:
             f"{name} {s:.3f} ({1e3 * s / steps:.2f} ms/step)" for name, s in self.host.items()))
 
 
+def online_workload(seed: int, n: int = 400) -> tuple[list[list[int]], list[SamplingParams]]:
+    """scripts/gpu-online's request lengths for `seed` (input 1024, output 128, each times
+    [0.5, 1.5], drawn as benches/online/online_datasets.random_set draws them), random ids,
+    greedy and ignore_eos as the online bench asks."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "online"))
+    from online_datasets import uniform_lengths
+
+    rng = random.Random(seed)
+    ins, outs = uniform_lengths(rng, n, 1024, 0.5), uniform_lengths(rng, n, 128, 0.5)
+    ids = np.random.default_rng(seed)
+    prompts = [ids.integers(0, 10000, size=i).tolist() for i in ins]
+    return prompts, [SamplingParams(temperature=0.0, ignore_eos=True, max_new_tokens=o)
+                     for o in outs]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
@@ -156,13 +174,16 @@ def main() -> None:
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
     p.add_argument("--rows", help="write the timed run's batches here, one JSON line each")
+    p.add_argument("--online", type=int, metavar="SEED",
+                   help="scripts/gpu-online's random set of this seed instead of mini-sglang's "
+                        "workload (its rate inf used seed 3)")
     args = p.parse_args()
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"))
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, policy=args.policy,
               mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens,
               **mixed_graph_option(args.mixed_graph_tokens))
-    prompts, params = workload(256)
+    prompts, params = workload(256) if args.online is None else online_workload(args.online)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)
     for run in ("timed", "profiled") if args.profile_steps else ("timed",):
