@@ -1,6 +1,7 @@
 """The Python side of the protocol against the golden vectors (cargo test checks the same files)."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import msgpack
@@ -110,3 +111,18 @@ def test_non_map_sampling_and_outputs_are_protocol_errors() -> None:
     step = {"type": "step", "outputs": ["token"]}
     with pytest.raises(ProtocolError, match="step output must be a map"):
         decode_frame(msgpack.packb({"v": VERSION, "msgs": [step]}))
+
+
+@pytest.mark.parametrize("constraint, match", [
+    ({"kind": "xml", "source": "<a/>"}, "'xml' is not a valid ConstraintKind"),
+    ({"kind": "regex"}, "nil or {kind, source}"),
+    ({"kind": "regex", "source": 5}, "source must be a string"),
+    ("a+", "nil or {kind, source}"),
+])
+def test_a_malformed_constraint_is_a_protocol_error(constraint: object, match: str) -> None:
+    wire = msgpack.unpackb(
+        encode_frame([Generate(rid=1, input_ids=[1], sampling=SamplingParams())])
+    )
+    sampling = {**wire["msgs"][0]["sampling"], "constraint": constraint}
+    with pytest.raises(ProtocolError, match=re.escape(match)):
+        decode_frame(_generate_with_sampling(sampling))

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 
 from .protocol import SamplingParams
+
+if TYPE_CHECKING:
+    from .constrain import RequestMatcher
 
 __all__ = ["PENDING_TOKEN", "Attn", "Batch", "Req", "ReqStatus", "Route", "RouteKind",
            "SamplingParams"]
@@ -46,6 +49,8 @@ class Req:
         self.device_len = 0  # cached_len + extend_len of the batch in flight
         self.prefix_len = 0  # prompt tokens that came from the prefix cache
         self.generator: torch.Generator | None = None  # per-request RNG when seeded
+        # Its grammar position when sampling.constraint is set (the scheduler makes it).
+        self.matcher: RequestMatcher | None = None
 
     @property
     def all_ids(self) -> list[int]:

@@ -1,6 +1,6 @@
-"""The router <-> worker protocol, version 3 (docs/protocol.md is the specification).
+"""The router <-> worker protocol, version 4 (docs/protocol.md is the specification).
 
-Messages are dataclasses; a frame is `{"v": 3, "msgs": [...]}` encoded with msgpack. Field
+Messages are dataclasses; a frame is `{"v": 4, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
 bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
 """
@@ -13,11 +13,29 @@ from typing import Any, ClassVar
 
 import msgpack
 
-VERSION = 3
+VERSION = 4
 
 
 class ProtocolError(ValueError):
     """A frame that does not follow docs/protocol.md."""
+
+
+class ConstraintKind(str, Enum):
+    """What a constraint's `source` holds (docs/protocol.md, "constraint")."""
+
+    JSON_SCHEMA = "json_schema"  # a JSON Schema, as JSON text
+    REGEX = "regex"  # a regular expression (Rust regex syntax) the whole output matches
+    LARK = "lark"  # a Lark grammar (llguidance's dialect)
+    EBNF = "ebnf"  # a GBNF grammar (llama.cpp / XGrammar style, `root ::= ...`)
+    CHOICE = "choice"  # a JSON array of strings: the output is exactly one of them
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What the output must match; decoding is masked so that it does."""
+
+    kind: ConstraintKind
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +56,7 @@ class SamplingParams:
     top_logprobs: int = 0
     # (token, bias) pairs added to the logits before temperature; bias in [-100, 100]
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
+    constraint: Constraint | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -151,6 +170,8 @@ def _to_wire(msg: Msg) -> dict[str, Any]:
         if isinstance(value, SamplingParams):
             value = {g.name: getattr(value, g.name) for g in fields(value)}
             value["logit_bias"] = [[t, float(b)] for t, b in value["logit_bias"]]
+            c = value["constraint"]
+            value["constraint"] = None if c is None else {"kind": c.kind.value, "source": c.source}
         elif f.name == "outputs":
             value = [_output_to_wire(o) for o in value]
         elif isinstance(value, ErrorCode):
@@ -206,7 +227,22 @@ def _sampling_from_wire(raw: Any) -> SamplingParams:
         bias = [(int(t), float(b)) for t, b in raw["logit_bias"]]
     except (TypeError, ValueError) as e:
         raise ProtocolError(f"sampling.logit_bias must be [[token, bias], ...]: {e}") from e
-    return SamplingParams(**{**raw, "logit_bias": bias})
+    return SamplingParams(**{**raw, "logit_bias": bias,
+                             "constraint": _constraint_from_wire(raw["constraint"])})
+
+
+def _constraint_from_wire(raw: Any) -> Constraint | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or list(raw) != ["kind", "source"]:
+        raise ProtocolError(
+            f"sampling.constraint must be nil or {{kind, source}}; got {raw!r:.200}")
+    if not isinstance(raw["source"], str):
+        raise ProtocolError("sampling.constraint.source must be a string")
+    try:
+        return Constraint(ConstraintKind(raw["kind"]), raw["source"])
+    except ValueError as e:
+        raise ProtocolError(f"sampling.constraint.kind: {e}") from e
 
 
 def _output_from_wire(raw: Any) -> TokenOutput:

@@ -2,7 +2,8 @@
 
 Order of processing, per row: penalties (frequency/presence over generated tokens,
 repetition over prompt + generated), logit_bias, min_new_tokens masking (EOS unless
-ignore_eos, and the stop ids), temperature; then greedy rows take the argmax, sampling
+ignore_eos, and the stop ids), the grammar's next-token mask (constrained requests,
+constrain/), temperature; then greedy rows take the argmax, sampling
 rows apply top-k, top-p, min-p and draw (seeded requests from their own generator).
 
 Reported logprobs are the log-softmax of the *processed* logits: after penalties, masking
@@ -12,7 +13,8 @@ the truncation removed still have finite values.
 Fast path: a batch of plain greedy requests (no penalties, masks or logprobs) is a single
 argmax, and greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
 top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA sync is what
-lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync.
+lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
+grammar mask needs the request's newest token on the host (the scheduler sees to that).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..constrain import apply_bitmask, fill_bitmask
 from ..core import PENDING_TOKEN, Req
 from ..transfer import to_device, to_device_packed
 
@@ -45,7 +48,8 @@ def _stop_masked(req: Req) -> bool:
 def _is_plain(req: Req) -> bool:
     """Nothing to do to its logits but temperature."""
     s = req.sampling
-    return not (s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req))
+    return not (s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req)
+                or req.matcher is not None)
 
 
 def _is_plain_greedy(req: Req) -> bool:
@@ -88,6 +92,8 @@ class Sampler:
                 if not req.sampling.ignore_eos:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
+        if any(r.matcher is not None for r in reqs):
+            self._apply_grammars(logits, reqs)
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
         # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
         # then see the same scaled logits, bit for bit.
@@ -101,6 +107,12 @@ class Sampler:
             tokens[index] = self._draw(logits[index], [reqs[i] for i in rows])
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
+
+    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        for req in reqs:  # each mask must follow the request's newest token
+            assert req.matcher is None or req.matcher.num_tokens == len(req.output_ids), req
+        pin = self.device.type == "cuda"
+        apply_bitmask(logits, fill_bitmask([r.matcher for r in reqs], logits.shape[1], pin))
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]

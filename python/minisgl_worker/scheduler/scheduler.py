@@ -18,6 +18,11 @@ one. What makes that possible:
   dropped. Aborts free the same way.
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
+Constrained requests (a grammar, constrain/) break the overlap: the mask for their token
+N+1 needs token N on the host. The simplest correct thing is done: while one is decoding,
+`step()` processes batch N before it schedules N+1, so that step runs as without overlap
+for the whole batch (the host's scheduling no longer hides under the GPU's forward).
+
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 
+from ..constrain import GrammarCache, GrammarError, RequestMatcher
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
-from ..transfer import to_device_packed
+from .batch import build_batch
 from .budget import StepBudget
 from .cache import CacheManager
 from .decode import DecodeManager
@@ -62,6 +69,9 @@ class Scheduler:
         self.page_size = engine.page_size
         self.max_context = engine.max_context
         self.eos_ids = set(engine.model_config.eos_token_ids)
+        self.grammars = GrammarCache(
+            Path(engine.config.model_path) / "tokenizer.json", engine.model_config.vocab_size,
+            sorted(self.eos_ids))
         self.table = TableManager(engine.page_table)
         self.allocator = PageAllocator(engine.kv_pool.num_pages)
         self.cache = CacheManager(
@@ -100,6 +110,11 @@ class Scheduler:
             message = f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})"
             return Error(msg.rid, ErrorCode.INVALID_REQUEST, message)
         req = Req(msg.rid, msg.input_ids, msg.sampling)
+        if msg.sampling.constraint is not None:
+            try:
+                req.matcher = RequestMatcher(self.grammars.matcher(msg.sampling.constraint))
+            except GrammarError as e:
+                return Error(msg.rid, ErrorCode.INVALID_REQUEST, str(e))
         self.reqs[req.rid] = req
         self.budget.enqueue(self.waiting, req)
         return None
@@ -124,13 +139,17 @@ class Scheduler:
         return bool(self.reqs) or self._inflight is not None
 
     def step(self) -> list[TokenOutput]:
+        early: list[TokenOutput] = []
+        if self._inflight is not None and any(r.matcher for r in self.decode.reqs):
+            early = self.process_results(*self._inflight)  # their masks need these tokens
+            self._inflight = None
         batch = self.schedule()
         out = self.launch(batch) if batch is not None else None
         if not self.overlap:
-            return self.process_results(batch, out) if batch and out else []
+            return early + (self.process_results(batch, out) if batch and out else [])
         done = self._inflight
         self._inflight = (batch, out) if batch and out else None
-        return self.process_results(*done) if done else []
+        return early + (self.process_results(*done) if done else [])
 
     def launch(self, batch: Batch) -> ForwardOutput:
         """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping."""
@@ -177,40 +196,10 @@ class Scheduler:
                 self.waiting.remove(req)
                 self.prefilling.append(req)
         reqs = decodes + adder.added
-        return self._build_batch(reqs, locs) if reqs else None
-
-    def _build_batch(self, reqs: list[Req], locs: list[np.ndarray]) -> Batch:
-        device = self.engine.device
-        ids: list[int] = []
-        pos: list[int] = []
-        pool_index: list[int] = []
-        pool_slots: list[int] = []
-        for req in reqs:
-            ids += req.token_slice(req.cached_len, req.device_len)
-            pos += range(req.cached_len, req.device_len)
-            if ids[-1] == PENDING_TOKEN:  # only ever a decode's newest token
-                ids[-1] = 0
-                pool_index.append(len(ids) - 1)
-                pool_slots.append(req.table_idx)
-        out_loc = np.concatenate(locs)
-        assert out_loc.shape[0] == len(ids) > 0
+        if not reqs:
+            return None
         self.cache.flush_table()
-        sample_reqs = [r for r in reqs if r.can_sample]
-        ids_t, pos_t, loc_t, index_t, slots_t, sample_rows = to_device_packed(
-            [ids, pos, out_loc, pool_index, pool_slots, [r.table_idx for r in sample_reqs]],
-            device,
-        )
-        return Batch(
-            reqs=reqs,
-            input_ids=ids_t,
-            positions=pos_t,
-            out_loc=loc_t,
-            extend_lens=[r.extend_len for r in reqs],
-            sample_reqs=sample_reqs,
-            pool_index=index_t if pool_index else None,
-            pool_slots=slots_t if pool_index else None,
-            sample_rows=sample_rows,
-        )
+        return build_batch(reqs, locs, self.engine.device)
 
     def process_results(self, batch: Batch, out: ForwardOutput) -> list[TokenOutput]:
         """Replace each sampling request's PENDING_TOKEN with its token and end the
@@ -222,7 +211,8 @@ class Scheduler:
                 continue
             n = _first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
-            finish = self._finish_reason(req, token, n)
+            ended = req.matcher is not None and req.matcher.advance(token)
+            finish = "stop" if ended else self._finish_reason(req, token, n)
             if n == 1:
                 self.prompt_tokens += len(req.input_ids)
                 self.cached_prompt_tokens += req.prefix_len

@@ -123,6 +123,7 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
         logprobs: e.logprobs,
         top_logprobs: top_logprobs(e)?,
         logit_bias: logit_bias(c)?,
+        constraint: None,
     })
 }
 

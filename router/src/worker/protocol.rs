@@ -1,12 +1,35 @@
-//! The router <-> worker protocol, version 3 (docs/protocol.md is the specification).
+//! The router <-> worker protocol, version 4 (docs/protocol.md is the specification).
 //!
-//! A frame is `{"v": 3, "msgs": [...]}` in msgpack. Field order in every struct below is the
+//! A frame is `{"v": 4, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
 //! encoder (the golden vectors in tests/data/protocol/ check both sides).
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
+
+/// What a constraint's `source` holds (docs/protocol.md, "constraint").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConstraintKind {
+    /// A JSON Schema, as JSON text.
+    JsonSchema,
+    /// A regular expression (Rust regex syntax) the whole output matches.
+    Regex,
+    /// A Lark grammar (llguidance's dialect).
+    Lark,
+    /// A GBNF grammar (`root ::= ...`, as llama.cpp and XGrammar write them).
+    Ebnf,
+    /// A JSON array of strings: the output is exactly one of them.
+    Choice,
+}
+
+/// What the output must match; the worker masks decoding so that it does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Constraint {
+    pub kind: ConstraintKind,
+    pub source: String,
+}
 
 /// What the router asks of a worker's sampler; every field is validated by the router.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +50,8 @@ pub struct Sampling {
     pub top_logprobs: u32,
     /// (token, bias) pairs added to the logits before temperature; bias in [-100, 100].
     pub logit_bias: Vec<(u32, f64)>,
+    /// Grammar-constrained decoding; `None` leaves the output free.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for Sampling {
@@ -48,6 +73,7 @@ impl Default for Sampling {
             logprobs: false,
             top_logprobs: 0,
             logit_bias: Vec::new(),
+            constraint: None,
         }
     }
 }
@@ -203,6 +229,10 @@ mod tests {
             logprobs: true,
             top_logprobs: 3,
             logit_bias: vec![(42, 5.0), (7, -100.0)],
+            constraint: Some(Constraint {
+                kind: ConstraintKind::JsonSchema,
+                source: r#"{"type": "object"}"#.into(),
+            }),
         };
         vec![
             RouterMsg::Generate {
@@ -214,6 +244,17 @@ mod tests {
                 rid: 1 << 40,
                 input_ids: vec![5],
                 sampling: Sampling::default(),
+            },
+            RouterMsg::Generate {
+                rid: 8,
+                input_ids: vec![5],
+                sampling: Sampling {
+                    constraint: Some(Constraint {
+                        kind: ConstraintKind::Choice,
+                        source: r#"["yes", "no"]"#.into(),
+                    }),
+                    ..Sampling::default()
+                },
             },
             RouterMsg::Abort { rid: 7 },
             RouterMsg::Shutdown,

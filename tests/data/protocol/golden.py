@@ -9,6 +9,8 @@ from pathlib import Path
 
 from minisgl_worker.protocol import (
     Abort,
+    Constraint,
+    ConstraintKind,
     Error,
     ErrorCode,
     Generate,
@@ -43,9 +45,15 @@ FRAMES = {
                 logprobs=True,
                 top_logprobs=3,
                 logit_bias=[(42, 5.0), (7, -100.0)],
+                constraint=Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "object"}'),
             ),
         ),
         Generate(rid=2**40, input_ids=[5], sampling=SamplingParams()),
+        Generate(
+            rid=8,
+            input_ids=[5],
+            sampling=SamplingParams(constraint=Constraint(ConstraintKind.CHOICE, '["yes", "no"]')),
+        ),
         Abort(rid=7),
         Shutdown(),
         Hello(),
