@@ -118,9 +118,10 @@ fn main() {
             max_context: ready.max_context.into(),
             started: 0,
             metrics: Default::default(),
-            admission: Admission::new(usize::MAX),
+            admission: Admission::new(usize::MAX, std::time::Duration::ZERO),
             web_ui: true,
             api_key: None,
+            limits: Default::default(),
         });
         let probe = state.tokenizer.encode_blocking(&probe_text, true);
         eprintln!("text prompt: {} tokens", probe.len());

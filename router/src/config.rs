@@ -101,6 +101,8 @@ pub struct Config {
     /// saturated server stays busy, a bound on what a flood can pile up in the router.
     #[arg(long, value_name = "N", default_value_t = NonZeroUsize::new(4096).unwrap())]
     pub max_requests: NonZeroUsize,
+    #[command(flatten)]
+    pub limits: crate::api::limits::Limits,
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,

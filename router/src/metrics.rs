@@ -311,7 +311,7 @@ mod tests {
         m.count_request("/v1/completions", 200);
         m.count_request("/v1/completions", 400);
         m.observe_generation(Duration::from_millis(10), Duration::from_millis(30), 3);
-        let out = m.render(&[], &Admission::new(7));
+        let out = m.render(&[], &Admission::new(7, std::time::Duration::ZERO));
         assert!(
             out.contains("minisgl_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n")
         );

@@ -177,9 +177,10 @@ async fn serve_http(
         max_context: 0.into(),
         started: unix_now(),
         metrics: Default::default(),
-        admission: Admission::new(config.max_requests.get()),
+        admission: Admission::new(config.max_requests.get(), config.limits.admission_wait()),
         web_ui: !config.no_web_ui,
         api_key: config.api_key.clone(),
+        limits: config.limits.clone(),
     });
     let address = listener
         .local_addr()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::future::select_all;
 
 use crate::api::admission::Admission;
+use crate::api::limits::Limits;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::routing::policy::Policy;
@@ -36,6 +37,8 @@ pub struct Shared {
     pub web_ui: bool,
     /// `--api-key`: the bearer token every route but `/health` and the page wants.
     pub api_key: Option<String>,
+    /// What one request may ask for (`--max-tokens-limit`, `--max-n`, ...).
+    pub limits: Limits,
 }
 
 impl AppState {

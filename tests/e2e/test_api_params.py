@@ -61,6 +61,9 @@ def test_max_tokens_and_max_completion_tokens(server: Server) -> None:
     assert resp.usage.completion_tokens == 3 and resp.choices[0].finish_reason == "length"
     resp = chat(server, temperature=0, max_tokens=None, max_completion_tokens=4)
     assert resp.usage.completion_tokens == 4 and resp.choices[0].finish_reason == "length"
+    # Completions without max_tokens stop at 16, as OpenAI's and vLLM's do.
+    resp = complete(server, max_tokens=None, extra_body={"ignore_eos": True})
+    assert resp.usage.completion_tokens == 16 and resp.choices[0].finish_reason == "length"
 
 
 def test_temperature_zero_is_deterministic(server: Server) -> None:

@@ -26,6 +26,7 @@ pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     }
     Ok(EndpointParams {
         max_completion_tokens: req.max_completion_tokens,
+        default_max_tokens: None,
         logprobs,
         top_logprobs,
     })

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::api::generate::{self, Generation, Piece, PromptInput, TokenLogprob};
+use crate::api::limits::{Limits, COMPLETIONS_DEFAULT_MAX_TOKENS};
 use crate::api::openai::{CompletionRequest, Prompt, Usage};
 use crate::api::params::{EndpointParams, GenParams};
 use crate::api::respond::{finish_reason, Choices, Format, Head};
@@ -27,13 +28,15 @@ pub fn endpoint_params(req: &CompletionRequest) -> Result<EndpointParams, ApiErr
     }
     Ok(EndpointParams {
         max_completion_tokens: None,
+        default_max_tokens: Some(COMPLETIONS_DEFAULT_MAX_TOKENS),
         logprobs: req.logprobs.is_some(),
         top_logprobs: top,
     })
 }
 
-/// The prompts of a request, in order: one string or token list, or a list of either.
-pub fn prompts(prompt: Prompt) -> Result<Vec<PromptInput>, ApiError> {
+/// The prompts of a request, in order: one string or token list, or a list of either (of
+/// at most `--max-prompts`).
+pub fn prompts(prompt: Prompt, limits: &Limits) -> Result<Vec<PromptInput>, ApiError> {
     let text = |text| PromptInput::Text {
         text,
         add_special_tokens: true,
@@ -47,6 +50,16 @@ pub fn prompts(prompt: Prompt) -> Result<Vec<PromptInput>, ApiError> {
     if prompts.is_empty() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
     }
+    let max = limits.max_prompts as usize;
+    if prompts.len() > max {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!(
+                "`prompt` may hold at most {max} prompts (--max-prompts); got {}",
+                prompts.len()
+            ),
+        ));
+    }
     Ok(prompts)
 }
 
@@ -57,7 +70,10 @@ pub async fn start(
     params: &GenParams,
     echo: bool,
 ) -> Result<(Choices, Vec<Option<Echo>>), ApiError> {
-    let mut slots = state.admission.admit(prompts.len() * params.n as usize)?;
+    let mut slots = state
+        .admission
+        .admit(prompts.len() * params.n as usize)
+        .await?;
     let mut generations = Vec::new();
     let mut echoes = Vec::new();
     for prompt in prompts {
@@ -240,24 +256,44 @@ mod tests {
     #[test]
     fn prompts_in_any_shape_are_accepted() {
         assert!(matches!(
-            prompts(Prompt::Texts(vec!["a".into()])).unwrap()[..],
+            prompts(Prompt::Texts(vec!["a".into()]), &Limits::default()).unwrap()[..],
             [PromptInput::Text {
                 add_special_tokens: true,
                 ..
             }]
         ));
         assert!(matches!(
-            prompts(Prompt::IdLists(vec![vec![1], vec![2, 3]])).unwrap()[..],
+            prompts(
+                Prompt::IdLists(vec![vec![1], vec![2, 3]]),
+                &Limits::default()
+            )
+            .unwrap()[..],
             [PromptInput::Ids(_), PromptInput::Ids(_)]
         ));
         assert_eq!(
-            prompts(Prompt::Texts(vec!["a".into(), "b".into()]))
-                .unwrap()
-                .len(),
+            prompts(
+                Prompt::Texts(vec!["a".into(), "b".into()]),
+                &Limits::default()
+            )
+            .unwrap()
+            .len(),
             2
         );
-        let err = prompts(Prompt::Texts(vec![])).err().unwrap();
+        let err = prompts(Prompt::Texts(vec![]), &Limits::default())
+            .err()
+            .unwrap();
         assert_eq!(err.body()["error"]["param"], "prompt");
+        let two = Limits {
+            max_prompts: 2,
+            ..Limits::default()
+        };
+        let err = prompts(Prompt::IdLists(vec![vec![1]; 3]), &two)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.message(),
+            "`prompt` may hold at most 2 prompts (--max-prompts); got 3"
+        );
     }
 
     #[test]

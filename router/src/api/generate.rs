@@ -77,7 +77,7 @@ pub async fn start(
     prompt: PromptInput,
     params: GenParams,
 ) -> Result<Generation, ApiError> {
-    let mut slots = state.admission.admit(1)?;
+    let mut slots = state.admission.admit(1).await?;
     let mut copies = start_n(state, prompt, params, 1, &mut slots).await?;
     Ok(copies.remove(0))
 }

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod generate;
+pub mod limits;
 pub mod native;
 pub mod openai;
 pub mod page;

@@ -122,7 +122,7 @@ pub async fn generate(state: &AppState, req: GenerateRequest) -> Result<Response
         map.insert(key, value);
     }
     let common: CommonParams = from_map(map)?;
-    let mut params = validate(&common, &EndpointParams::default())?;
+    let mut params = validate(&common, &EndpointParams::default(), &state.limits)?;
     params.stream = req.stream.unwrap_or(false);
     let generation = generate::start(state, prompt, params.clone()).await?;
     let choices = Choices {

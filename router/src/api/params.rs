@@ -1,13 +1,13 @@
 //! Validation of the sampling and stopping parameters at the edge, and their mapping onto the
 //! protocol's `sampling` map. Every message names the field and the limit.
 
+use crate::api::limits::Limits;
 use crate::api::openai::{CommonParams, Stop};
 use crate::error::ApiError;
 use crate::worker::protocol::Sampling;
 
 const MAX_STOPS: usize = 4;
 const MAX_TOP_LOGPROBS: i64 = 20;
-const MAX_N: i64 = 64;
 
 /// A validated request, before its prompt length is known.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +15,9 @@ pub struct GenParams {
     /// `max_new_tokens` is filled in by `fit_to_context`.
     pub sampling: Sampling,
     pub max_tokens: Option<u32>,
+    /// What `max_tokens` is when the request gives none: the endpoint's default and
+    /// `--max-tokens-limit`, the smaller; None: the rest of the context.
+    pub default_max_tokens: Option<u32>,
     /// The field that set `max_tokens` (for messages): `max_tokens` or `max_completion_tokens`.
     pub max_tokens_field: &'static str,
     pub stops: Vec<String>,
@@ -28,16 +31,23 @@ pub struct GenParams {
 #[derive(Debug, Default)]
 pub struct EndpointParams {
     pub max_completion_tokens: Option<i64>,
+    /// `max_tokens` when the request gives none (None: the rest of the context).
+    pub default_max_tokens: Option<u32>,
     pub logprobs: bool,
     pub top_logprobs: i64,
 }
 
-pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenParams, ApiError> {
+pub fn validate(
+    common: &CommonParams,
+    endpoint: &EndpointParams,
+    limits: &Limits,
+) -> Result<GenParams, ApiError> {
     let n = common.n.unwrap_or(1);
-    if !(1..=MAX_N).contains(&n) {
+    let max_n = limits.max_n;
+    if !(1..=i64::from(max_n)).contains(&n) {
         return Err(ApiError::invalid(
             "n",
-            format!("`n` must be in [1, {MAX_N}]; got {n}"),
+            format!("`n` must be in [1, {max_n}] (--max-n); got {n}"),
         ));
     }
     let (max_tokens, max_tokens_field) = match endpoint.max_completion_tokens {
@@ -52,6 +62,20 @@ pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenP
                 .transpose()?,
             "max_tokens",
         ),
+    };
+    if let (Some(m), Some(limit)) = (max_tokens, limits.max_tokens_limit) {
+        if m > limit {
+            return Err(ApiError::invalid(
+                max_tokens_field,
+                format!(
+                    "`{max_tokens_field}` must be at most {limit} (--max-tokens-limit); got {m}"
+                ),
+            ));
+        }
+    }
+    let default_max_tokens = match (endpoint.default_max_tokens, limits.max_tokens_limit) {
+        (Some(d), Some(limit)) => Some(d.min(limit)),
+        (d, limit) => d.or(limit),
     };
     let stream = common.stream.unwrap_or(false);
     let include_usage = common
@@ -68,6 +92,7 @@ pub fn validate(common: &CommonParams, endpoint: &EndpointParams) -> Result<GenP
     Ok(GenParams {
         sampling: sampling(common, endpoint)?,
         max_tokens,
+        default_max_tokens,
         max_tokens_field,
         stops: stops(common.stop.as_ref())?,
         stream,
@@ -253,7 +278,9 @@ impl GenParams {
                 )));
             }
             Some(m) => m,
-            None => room as u32,
+            None => self
+                .default_max_tokens
+                .map_or(room, |d| room.min(d as usize)) as u32,
         };
         self.sampling.max_new_tokens = max_new;
         Ok(())

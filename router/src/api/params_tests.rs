@@ -1,6 +1,7 @@
 //! Validation messages and the mapping onto the protocol's `sampling`.
 
 use super::*;
+use crate::api::limits::Limits;
 use crate::api::openai::{parse_body, ChatRequest};
 
 fn params(extra: &str) -> Result<GenParams, ApiError> {
@@ -8,10 +9,11 @@ fn params(extra: &str) -> Result<GenParams, ApiError> {
     let (req, common) = parse_body::<ChatRequest>(body.as_bytes()).unwrap();
     let endpoint = EndpointParams {
         max_completion_tokens: req.max_completion_tokens,
+        default_max_tokens: None,
         logprobs: req.logprobs.unwrap_or(false),
         top_logprobs: req.top_logprobs.unwrap_or(0),
     };
-    validate(&common, &endpoint)
+    validate(&common, &endpoint, &Limits::default())
 }
 
 fn message(extra: &str) -> String {
@@ -50,7 +52,10 @@ fn limits_are_named_in_messages() {
         message(r#","presence_penalty":-3"#),
         "`presence_penalty` must be in [-2, 2]; got -3"
     );
-    assert_eq!(message(r#","n":0"#), "`n` must be in [1, 64]; got 0");
+    assert_eq!(
+        message(r#","n":0"#),
+        "`n` must be in [1, 64] (--max-n); got 0"
+    );
     assert_eq!(
         message(r#","logit_bias":{"x":1}"#),
         "`logit_bias` keys must be token ids; got \"x\""
@@ -107,5 +112,53 @@ fn context_limits() {
     assert_eq!(
         p.fit_to_context(10, 100).unwrap_err().message(),
         "`max_completion_tokens` (95) plus the prompt's 10 tokens exceeds the model's context of 100"
+    );
+}
+
+fn limited(
+    extra: &str,
+    default_max_tokens: Option<u32>,
+    limit: Option<u32>,
+) -> Result<GenParams, ApiError> {
+    let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
+    let (_, common) = parse_body::<ChatRequest>(body.as_bytes()).unwrap();
+    let endpoint = EndpointParams {
+        default_max_tokens,
+        ..EndpointParams::default()
+    };
+    let limits = Limits {
+        max_tokens_limit: limit,
+        max_n: 4,
+        ..Limits::default()
+    };
+    validate(&common, &endpoint, &limits)
+}
+
+#[test]
+fn max_tokens_defaults_and_the_servers_limit() {
+    // The endpoint's default (completions: 16), shortened by the room left in the context.
+    let mut p = limited("", Some(16), None).unwrap();
+    p.fit_to_context(10, 100).unwrap();
+    assert_eq!(p.sampling.max_new_tokens, 16);
+    p.fit_to_context(90, 100).unwrap();
+    assert_eq!(p.sampling.max_new_tokens, 10);
+    // --max-tokens-limit caps the default (chat: the rest of the context) ...
+    let mut p = limited("", None, Some(8)).unwrap();
+    p.fit_to_context(10, 100).unwrap();
+    assert_eq!(p.sampling.max_new_tokens, 8);
+    let mut p = limited("", Some(16), Some(8)).unwrap();
+    p.fit_to_context(10, 100).unwrap();
+    assert_eq!(p.sampling.max_new_tokens, 8);
+    // ... and refuses more, naming the field and the flag.
+    assert!(limited(r#","max_tokens":8"#, None, Some(8)).is_ok());
+    let err = limited(r#","max_tokens":9"#, None, Some(8)).unwrap_err();
+    assert_eq!(err.body()["error"]["param"], "max_tokens");
+    assert_eq!(
+        err.message(),
+        "`max_tokens` must be at most 8 (--max-tokens-limit); got 9"
+    );
+    assert_eq!(
+        limited(r#","n":5"#, None, None).unwrap_err().message(),
+        "`n` must be in [1, 4] (--max-n); got 5"
     );
 }

@@ -83,9 +83,9 @@ async fn chat_completions(
     let (req, common) = parse_body::<ChatRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = chat::endpoint_params(&req)?;
-    let params = validate(&common, &endpoint)?;
+    let params = validate(&common, &endpoint, &state.limits)?;
     let prompt = chat::prompt(&state, &req.messages)?;
-    let mut slots = state.admission.admit(params.n as usize)?;
+    let mut slots = state.admission.admit(params.n as usize).await?;
     let generations =
         generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;
     let format = ChatFormat {
@@ -107,9 +107,9 @@ async fn completions(
     let (req, common) = parse_body::<CompletionRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = completions::endpoint_params(&req)?;
-    let params = validate(&common, &endpoint)?;
+    let params = validate(&common, &endpoint, &state.limits)?;
     let echo = req.echo.unwrap_or(false);
-    let prompts = completions::prompts(req.prompt)?;
+    let prompts = completions::prompts(req.prompt, &state.limits)?;
     let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;
     let head = Head::new("cmpl", &state.model_name);
     let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, echoes);

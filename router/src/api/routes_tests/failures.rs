@@ -221,9 +221,10 @@ async fn chat_without_a_template_is_a_400() {
         max_context: 256.into(),
         started: 0,
         metrics: Default::default(),
-        admission: Admission::new(16),
+        admission: Admission::new(16, std::time::Duration::ZERO),
         web_ui: true,
         api_key: None,
+        limits: Default::default(),
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

@@ -12,6 +12,7 @@ use tower::ServiceExt;
 
 use super::app;
 use crate::api::admission::Admission;
+use crate::api::limits::Limits;
 use crate::config::RoutingPolicy;
 use crate::routing::policy::create_policy;
 use crate::run::load_model_files;
@@ -24,6 +25,7 @@ use crate::worker::WorkerClient;
 mod auth;
 mod failures;
 mod generation;
+mod limits;
 mod native;
 mod overload;
 mod page;
@@ -46,6 +48,7 @@ struct Options {
     max_requests: usize,
     web_ui: bool,
     api_key: Option<&'static str>,
+    limits: Limits,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             max_requests: 4096,
             web_ui: true,
             api_key: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -112,9 +116,10 @@ impl Setup {
             max_context: o.router_context.into(),
             started: 0,
             metrics: Default::default(),
-            admission: Admission::new(o.max_requests),
+            admission: Admission::new(o.max_requests, std::time::Duration::ZERO),
             web_ui: o.web_ui,
             api_key: o.api_key.map(str::to_string),
+            limits: o.limits,
         });
         Self { fake, state }
     }

@@ -129,19 +129,25 @@ async fn a_dead_worker_frees_the_slots_of_its_requests() {
 
 #[tokio::test]
 async fn copies_past_the_limit_are_refused_before_reaching_the_worker() {
+    // More generations than --max-requests could ever admit: a 400, not a 429 to retry.
     let s = Setup::limited(2).await;
     s.fake.resume();
-    let e = s.refused(chat(json!({"n": 3}))).await;
+    let (status, e) = send_json(s.app(), chat(json!({"n": 3}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
-        e["message"],
-        "server overloaded: 0 requests in flight (limit 2) and this request needs 3; retry later"
+        e["error"]["message"],
+        "this request needs 3 generations (prompts times `n`); the server runs at most 2 at once (--max-requests)"
     );
     let batch = post(
         "/v1/completions",
         json!({"model": "tiny", "prompt": ["a", "b", "c"]}),
     );
-    let e = s.refused(batch).await;
-    assert!(e["message"].as_str().unwrap().contains("needs 3"), "{e}");
+    let (status, e) = send_json(s.app(), batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("needs 3"),
+        "{e}"
+    );
     assert_eq!(s.generated(), 0);
     assert_eq!(s.in_flight(), 0);
     // Two copies fit.
