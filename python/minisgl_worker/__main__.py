@@ -1,21 +1,16 @@
-"""`python -m minisgl_worker --model PATH --listen ADDR`: one worker process."""
+"""`python -m minisgl_worker --model PATH --listen ADDR [--tp N]`: one worker, one process
+per TP rank (this one is rank 0 and spawns the others; with --nnodes, each host's first
+rank is started by hand with --node-rank and spawns that host's others)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
 import sys
-from types import FrameType
 
-from .engine import Engine, EngineConfig
+from .distributed.ranks import LocalRanks, free_addr
 from .kvcache import CACHE_KINDS
-from .protocol import Ready
-from .scheduler import Scheduler, ZmqIO, serve
+from .rank import run_rank
 from .scheduler.budget import POLICIES
-
-logger = logging.getLogger("minisgl_worker")
 
 
 def _positive(text: str) -> int:
@@ -56,7 +51,7 @@ def _step_tokens(text: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
     p.add_argument("--model", required=True, help="HF-style model folder")
-    p.add_argument("--listen", required=True, help="ipc:// or tcp:// address to bind")
+    p.add_argument("--listen", help="ipc:// or tcp:// address to bind (node 0 only)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--page-size", type=_non_negative, default=0,
@@ -118,52 +113,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="exit when this process stops being our parent (the router that spawned us "
         "died without shutting us down)",
     )
-    return p.parse_args(argv)
+    p.add_argument("--tp", type=_positive, default=1,
+                   help="tensor-parallel ranks of this worker (processes; GPUs 0..tp-1 of "
+                   "CUDA_VISIBLE_DEVICES on CUDA, the cores shared on CPU)")
+    p.add_argument("--nnodes", type=_positive, default=1,
+                   help="hosts the TP group spans (tp / nnodes ranks on each)")
+    p.add_argument("--node-rank", type=_non_negative, default=0,
+                   help="this host's index in the group; node 0 holds rank 0 and --listen")
+    p.add_argument("--dist-init-addr", metavar="HOST:PORT", default=None,
+                   help="where rank 0 meets the other ranks (needed with --nnodes > 1; "
+                   "default: a free local port)")
+    args = p.parse_args(argv)
+    _check(p, args)
+    return args
 
 
-def _setup_logging() -> None:
-    index = os.environ.get("MINISGL_WORKER_INDEX")
-    prefix = f"[worker {index}] " if index is not None else "[worker] "
-    logging.basicConfig(
-        level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
-        stream=sys.stderr,
-        format=prefix + "%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)  # unwinds through `finally`, closing the socket
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.tp % args.nnodes:
+        p.error(f"--tp {args.tp} must be a multiple of --nnodes {args.nnodes} (the same "
+                "number of ranks on every host)")
+    if args.node_rank >= args.nnodes:
+        p.error(f"--node-rank must be < --nnodes {args.nnodes}; got {args.node_rank}")
+    if args.nnodes > 1 and args.dist_init_addr is None:
+        p.error("--nnodes > 1 needs --dist-init-addr HOST:PORT (where node 0's rank 0 listens)")
+    if args.node_rank == 0 and args.listen is None:
+        p.error("--listen is required on node 0 (rank 0 owns the socket)")
+    if args.tp > 1 and args.device.startswith("cuda:"):
+        p.error(f"--device {args.device} names one GPU; with --tp {args.tp} give cuda (rank r "
+                "of a host takes its GPU r: choose them with CUDA_VISIBLE_DEVICES)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _setup_logging()
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    config = EngineConfig(
-        model_path=args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
-        max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
-        attention_backend=args.attention_backend, chunk_size=args.chunk_size,
-        cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
-        gemm=args.gemm, kv_cache_dtype=args.kv_cache_dtype,
-    )
-    engine = Engine(config)
-    scheduler = Scheduler(
-        engine, chunk_size=args.chunk_size, prefix_cache=args.cache,
-        policy=args.schedule_policy, mixed_chunk_size=args.mixed_chunk_size or None,
-        mixed_step_tokens=args.mixed_step_tokens or None,
-    )
-    cfg = engine.model_config
-    ready = Ready(
-        model=engine.model_name, vocab_size=cfg.vocab_size, max_context=engine.max_context,
-        kv_capacity=engine.kv_pool.num_slots, eos_token_ids=list(cfg.eos_token_ids),
-        page_size=engine.page_size, tp_size=1, device=str(engine.device),
-    )
-    io = ZmqIO(args.listen)
+    if args.tp == 1:
+        run_rank(args, None, 0)
+        return 0
+    per_host = args.tp // args.nnodes
+    first = args.node_rank * per_host
+    addr = args.dist_init_addr or free_addr()
+    ranks = LocalRanks(run_rank, (args, addr), range(first + 1, first + per_host))
+    ranks.start()
     try:
-        serve(scheduler, io, ready, parent_pid=args.parent_pid)
-    finally:
-        io.close()
-        engine.shutdown()
+        run_rank(args, addr, first)
+    except BaseException:
+        ranks.stop(grace_s=0)  # they may be blocked in a collective with us
+        raise
+    ranks.stop(grace_s=10)  # they got Shutdown
     return 0
 
 

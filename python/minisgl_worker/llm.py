@@ -3,16 +3,21 @@
     from minisgl_worker.llm import LLM
     llm = LLM("path/to/model", page_size=4, cache="radix")
     llm.generate(["Hello"], SamplingParams(max_new_tokens=8))
-"""
+
+With `tp=N` this process is rank 0 of a TP group and spawns ranks 1..N-1 (each runs the
+worker's `follow` loop on its own engine); every step, rank 0 broadcasts what it added
+before stepping, as a worker's rank 0 does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from .distributed import TPInfo, destroy_distributed, get_comm, init_distributed
+from .distributed.ranks import LocalRanks, free_addr, rank_device, share_cores
 from .engine import Engine, EngineConfig
-from .protocol import Generate, SamplingParams
-from .scheduler import Scheduler
+from .protocol import Generate, RouterMsg, SamplingParams, Shutdown
+from .scheduler import Scheduler, follow
 
 __all__ = ["LLM", "SamplingParams"]
 
@@ -21,19 +26,26 @@ class LLM:
     def __init__(
         self, model_path: str | Path, chunk_size: int = 8192, cache: str = "radix",
         policy: str = "fcfs", mixed_chunk_size: int | None = None,
-        mixed_step_tokens: int | None = None, **engine_options: Any,
+        mixed_step_tokens: int | None = None, tp: int = 1, **engine_options: Any,
     ):
         """cache: the prefix cache, "radix" or "naive"; policy, mixed_chunk_size and
-        mixed_step_tokens: the scheduler's queue order and step budgets (scheduler/budget.py).
-        engine_options are EngineConfig fields: device, dtype, page_size, max_running,
-        kv_tokens, load_format, ..."""
+        mixed_step_tokens: the scheduler's queue order and step budgets (scheduler/budget.py);
+        tp: tensor-parallel ranks (GPUs 0..tp-1 on CUDA). engine_options are EngineConfig
+        fields: device, dtype, page_size, max_running, kv_tokens, load_format, ..."""
+        assert tp >= 1, f"tp must be >= 1; got {tp}"
         self.model_path = Path(model_path)
-        self.engine = Engine(
-            EngineConfig(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
-        )
-        self.scheduler = Scheduler(self.engine, chunk_size=chunk_size, prefix_cache=cache,
-                                   policy=policy, mixed_chunk_size=mixed_chunk_size,
-                                   mixed_step_tokens=mixed_step_tokens)
+        options = dict(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
+        sched: dict[str, Any] = {
+            "chunk_size": chunk_size, "prefix_cache": cache, "policy": policy,
+            "mixed_chunk_size": mixed_chunk_size, "mixed_step_tokens": mixed_step_tokens}
+        self._ranks: LocalRanks | None = None
+        if tp > 1:
+            addr = free_addr()
+            self._ranks = LocalRanks(_follower, (options, sched, addr, tp), range(1, tp))
+            self._ranks.start()
+            options["device"] = str(_join(options, addr, TPInfo(0, tp)))
+        self.engine = Engine(EngineConfig(**options))
+        self.scheduler = Scheduler(self.engine, **sched)
         self._tokenizer: Any = None
         self._next_rid = 0
 
@@ -58,16 +70,20 @@ class LLM:
         assert len(plist) == len(prompts), "one SamplingParams per prompt"
         ids = [self.tokenizer.encode(p).ids if isinstance(p, str) else list(p) for p in prompts]
         results: dict[int, dict[str, Any]] = {}
+        added: list[RouterMsg] = []
         for input_ids, sp in zip(ids, plist):
-            rid = self._next_rid
+            msg = Generate(self._next_rid, input_ids, sp)
             self._next_rid += 1
-            error = self.scheduler.add_request(Generate(rid, input_ids, sp))
-            if error is not None:
-                for added in results:  # leave the scheduler as it was
-                    self.scheduler.abort(added)
+            error = self.scheduler.add_request(msg)
+            if error is not None:  # the other ranks have not seen any of them yet
+                for rid in results:  # leave the scheduler as it was
+                    self.scheduler.abort(rid)
                 raise ValueError(error.message)
-            results[rid] = _empty_result()
+            results[msg.rid] = _empty_result()
+            added.append(msg)
         while self.scheduler.has_work:
+            self._broadcast(added)
+            added = []
             for out in self.scheduler.step():
                 res = results[out.rid]
                 res["token_ids"].append(out.token)
@@ -80,11 +96,40 @@ class LLM:
                 res["text"] = self.tokenizer.decode(res["token_ids"])
         return ordered
 
+    def _broadcast(self, msgs: list[RouterMsg]) -> None:
+        """The other ranks apply `msgs` (applied here already) and step with us."""
+        if self._ranks is not None:
+            get_comm().broadcast_objects(msgs)
+
     def shutdown(self) -> None:
+        if self._ranks is not None:
+            self._broadcast([Shutdown()])
+            self._ranks.stop(grace_s=30)
+            self._ranks = None
         self.engine.shutdown()
+        destroy_distributed()
+
+
+def _join(options: dict[str, Any], addr: str, info: TPInfo) -> Any:
+    """Join the group as `info.rank` -> this rank's device."""
+    device = rank_device(options.get("device", "auto"), info.rank, info.size)
+    share_cores(device, info.size)
+    init_distributed(info, addr, device)
+    return device
+
+
+def _follower(options: dict[str, Any], sched: dict[str, Any], addr: str, tp: int,
+              rank: int) -> None:
+    """Rank `rank` of an LLM's group (a spawned process)."""
+    options = {**options, "device": str(_join(options, addr, TPInfo(rank, tp)))}
+    engine = Engine(EngineConfig(**options))
+    try:
+        follow(Scheduler(engine, **sched), get_comm())
+    finally:
+        engine.shutdown()
+        destroy_distributed()
 
 
 def _empty_result() -> dict[str, Any]:
     return {"token_ids": [], "logprobs": [], "top_logprobs": [], "finish_reason": None,
             "cached_tokens": 0}
-

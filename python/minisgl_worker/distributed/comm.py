@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .info import TPInfo
+from .info import TPInfo, set_tp_info
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +67,13 @@ _COMM: Communicator | None = None
 
 
 def init_distributed(info: TPInfo, init_addr: str, device: torch.device) -> Communicator:
-    """Join the TP group at `init_addr` (HOST:PORT, where rank 0 listens) and make it this
-    process's communicator. On CUDA the caller has made `device` current."""
+    """Join the TP group at `init_addr` (HOST:PORT, where rank 0 listens): set this process's
+    TP info and communicator (what the parallel layers are built with). On CUDA the caller
+    has made `device` current."""
     global _COMM
     assert _COMM is None, "the TP group is initialized once per process"
     assert info.size > 1, "tp_size 1 needs no communicator"
+    set_tp_info(info)
     cuda = device.type == "cuda"
     dist.init_process_group(
         "nccl" if cuda else "gloo", init_method=f"tcp://{init_addr}", rank=info.rank,
@@ -90,7 +92,9 @@ def get_comm() -> Communicator:
 
 
 def destroy_distributed() -> None:
+    """Leave the TP group; this process is a tp == 1 process again."""
     global _COMM
     if _COMM is not None:
         _COMM = None
         dist.destroy_process_group()
+        set_tp_info(TPInfo())

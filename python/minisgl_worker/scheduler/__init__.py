@@ -2,7 +2,7 @@
 the decode set (`decode.py`), request slots (`table.py`), pages (`cache.py`), ZMQ (`io.py`)."""
 
 from .io import ZmqIO
-from .loop import serve
+from .loop import follow, serve
 from .scheduler import Scheduler
 
-__all__ = ["Scheduler", "ZmqIO", "serve"]
+__all__ = ["Scheduler", "ZmqIO", "follow", "serve"]

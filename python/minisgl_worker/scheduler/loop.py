@@ -1,7 +1,13 @@
 """The worker's event loop: receive, step the scheduler (which overlaps batch N+1 with
 processing batch N on CUDA; see scheduler.py), send one frame with everything the step
-produced. Idle, it blocks on the socket until a message
-arrives or a Load is due, so an idle worker uses no CPU."""
+produced. Idle, it blocks on the socket until a message arrives or a Load is due, so an
+idle worker uses no CPU.
+
+In a TP group rank 0 runs `serve` and every other rank `follow`. Each turn rank 0
+broadcasts the turn's messages in one collective (what came from the router, plus the
+aborts rank 0 decided alone), and every rank applies the same messages in the same order
+before the same step: their schedulers stay identical, so they run the same batches (the
+engine also broadcasts rank 0's sampled tokens). Only rank 0 sends."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import logging
 import os
 import time
 
+from ..distributed import Communicator
 from ..protocol import (
     Abort,
     Error,
@@ -17,6 +24,7 @@ from ..protocol import (
     Hello,
     Msg,
     Ready,
+    RouterMsg,
     Shutdown,
     Step,
     TokenOutput,
@@ -30,7 +38,8 @@ LOAD_INTERVAL_BUSY_S = 0.5
 LOAD_INTERVAL_IDLE_S = 1.0
 
 
-def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None = None) -> None:
+def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None = None,
+          comm: Communicator | None = None) -> None:
     """Run until a Shutdown arrives, or until `parent_pid` is no longer our parent: a router
     that was killed outright cannot send Shutdown, and its workers would hold the GPU on.
     The check runs every loop, which an idle worker still turns at least once a second.
@@ -40,35 +49,65 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
     are aborted, as they are when a frame finds no router connected."""
     logger.info("listening on %s", io.address)
     last_load = time.monotonic()
+    pending: list[RouterMsg] = []  # aborts decided here, applied with the next turn's msgs
     while True:
+        msgs: list[RouterMsg] = pending
+        out: list[Msg] = []
         if parent_pid is not None and os.getppid() != parent_pid:
             logger.error("the router (pid %d) is gone: exiting", parent_pid)
+            msgs = [Shutdown()]
+        else:
+            wait = 0.0 if scheduler.has_work else _until_load(last_load, LOAD_INTERVAL_IDLE_S)
+            received, errors = io.recv(wait)
+            msgs = msgs + received
+            out += errors
+        if comm is not None:
+            comm.broadcast_objects(msgs)
+        if _apply(scheduler, msgs, out, ready):
             return
-        out: list[Msg] = []
-        wait = 0.0 if scheduler.has_work else _until_load(last_load, LOAD_INTERVAL_IDLE_S)
-        msgs, errors = io.recv(wait)
-        out += errors
-        for msg in msgs:
-            if isinstance(msg, Shutdown):
-                logger.info("shutdown requested")
-                return
-            if isinstance(msg, Hello):
-                logger.info("a router connected")
-                _abort_all(scheduler, "they came over an earlier connection")
-                out.append(ready)
-                continue
-            error = _handle(scheduler, msg)
-            if error is not None:
-                out.append(error)
-        outputs = _step(scheduler, out)
+        outputs = _step(scheduler, out, fatal=comm is not None)
         if outputs:
             out.append(Step(outputs))
+        pending = []
         if not io.send(out):
-            _abort_all(scheduler, "no router is connected to take their tokens")
+            logger.warning("aborting %d requests: no router is connected to take their "
+                           "tokens", len(scheduler.reqs))
+            pending = [Abort(rid) for rid in scheduler.reqs]
         interval = LOAD_INTERVAL_BUSY_S if scheduler.has_work else LOAD_INTERVAL_IDLE_S
         if time.monotonic() - last_load >= interval:
             last_load = time.monotonic()
             io.send([scheduler.load()])
+
+
+def follow(scheduler: Scheduler, comm: Communicator) -> None:
+    """A TP rank other than 0: apply rank 0's messages of each turn, step, until Shutdown.
+    Errors are rank 0's to send; a failed step or a lost rank 0 raises (the group goes
+    down together)."""
+    while True:
+        msgs = comm.broadcast_objects(None)
+        if _apply(scheduler, msgs, [], None):
+            return
+        _step(scheduler, [], fatal=True)
+
+
+def _apply(scheduler: Scheduler, msgs: list[RouterMsg], out: list[Msg], ready: Ready | None
+           ) -> bool:
+    """Apply one turn's messages in order, appending what to send to `out` -> whether a
+    Shutdown came."""
+    for msg in msgs:
+        if isinstance(msg, Shutdown):
+            logger.info("shutdown requested")
+            return True
+        if isinstance(msg, Hello):
+            logger.info("a router connected")
+            _abort_all(scheduler, "they came over an earlier connection")
+            if ready is not None:
+                out.append(ready)
+            continue
+        error = _handle(scheduler, msg)
+        if error is not None:
+            out.append(error)
+    return False
 
 
 def _abort_all(scheduler: Scheduler, why: str) -> list[int]:
@@ -95,12 +134,16 @@ def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
     return Error(None, ErrorCode.BAD_MESSAGE, f"a worker does not accept {msg.TYPE!r} messages")
 
 
-def _step(scheduler: Scheduler, out: list[Msg]) -> list[TokenOutput]:
+def _step(scheduler: Scheduler, out: list[Msg], fatal: bool) -> list[TokenOutput]:
+    """One scheduler step. A crash fails the requests it held, not the worker, unless
+    `fatal` (a TP group: one rank's failure would leave the ranks apart)."""
     try:
         outputs = scheduler.step()
         scheduler.check_invariants()
         return outputs
-    except Exception as e:  # a crash in one step fails the requests it held, not the worker
+    except Exception as e:
+        if fatal:
+            raise
         logger.exception("step failed")
         for rid in _abort_all(scheduler, "the step failed"):
             out.append(Error(rid, ErrorCode.INTERNAL, f"worker step failed: {e!r}"))
