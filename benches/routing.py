@@ -11,7 +11,8 @@ every prefix and thrash, cache_aware keeps each prefix on one worker. `single` i
 worker with 2K tokens, the hit rate to match. Reported per run: wall time, requests/s,
 prompt and output tokens/s, the cached share of the prompt tokens (usage.cached_tokens).
 
-    H200:  python benches/routing.py            (the default model; --model PATH for others)
+    H200:  python benches/routing.py --model DIR --load-format dummy   (random weights in
+           DIR's shape, e.g. a folder from benches/online/random_model.py)
     CPU:   python benches/routing.py --small --device cpu   (a quick check that it runs)
 
 Writes $OUT/routing.json when OUT is set; prints a markdown table last."""
@@ -48,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="HF-style folder (default: the embedded default model)")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--load-format", choices=["safetensors", "dummy"],
+                   help="the workers' weights (their default: the folder's safetensors)")
     p.add_argument("--groups", type=int, default=64)
     p.add_argument("--per-group", type=int, default=8)
     p.add_argument("--prefix-len", type=int, default=2048)
@@ -85,8 +88,10 @@ def start_router(args: argparse.Namespace, workers: int, policy: str, log: Path)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).parent / "minisgl-router"
+    # Where the package is on PYTHONPATH rather than installed (the GPU machine): its module.
+    launch = [str(exe)] if exe.exists() else [sys.executable, "-m", "minisgl_worker.router_cli"]
     cmd = [
-        str(exe),
+        *launch,
         "--port",
         str(port),
         "--workers",
@@ -100,6 +105,8 @@ def start_router(args: argparse.Namespace, workers: int, policy: str, log: Path)
     ]
     if args.model:
         cmd += ["--model", args.model]
+    if args.load_format:
+        cmd += ["--load-format", args.load_format]
     env = {
         **os.environ,
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],

@@ -95,6 +95,10 @@ pub struct Config {
     /// the bytes of bf16, about twice the KV tokens; torch-native attention only for now).
     #[arg(long, value_enum)]
     pub kv_cache_dtype: Option<KvCacheDtype>,
+    /// Weights of the spawned workers: safetensors (the model folder's, their default when
+    /// absent) or dummy (random weights in the model's shape: benchmarks without a checkpoint).
+    #[arg(long, value_enum)]
+    pub load_format: Option<LoadFormat>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
@@ -187,6 +191,21 @@ impl KvCacheDtype {
         match self {
             Self::Auto => "auto",
             Self::Fp8E4m3 => "fp8_e4m3",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadFormat {
+    Safetensors,
+    Dummy,
+}
+
+impl LoadFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Safetensors => "safetensors",
+            Self::Dummy => "dummy",
         }
     }
 }

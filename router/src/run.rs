@@ -122,6 +122,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         attention_backend: config.attention_backend.map(|b| b.as_str()),
         gemm: config.gemm.map(|g| g.as_str()),
         kv_cache_dtype: config.kv_cache_dtype.map(|d| d.as_str()),
+        load_format: config.load_format.map(|f| f.as_str()),
         count: config.local_workers(),
     };
     let mut local = Vec::new();

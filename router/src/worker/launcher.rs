@@ -36,6 +36,7 @@ pub struct LaunchSpec {
     pub attention_backend: Option<&'static str>,
     pub gemm: Option<&'static str>,
     pub kv_cache_dtype: Option<&'static str>,
+    pub load_format: Option<&'static str>,
     /// Total number of local workers (to spread them over GPUs).
     pub count: usize,
 }
@@ -88,6 +89,7 @@ impl LaunchSpec {
             ("--attention-backend", name(self.attention_backend)),
             ("--gemm", name(self.gemm)),
             ("--kv-cache-dtype", name(self.kv_cache_dtype)),
+            ("--load-format", name(self.load_format)),
         ];
         for (flag, value) in optional {
             if let Some(value) = value {
@@ -252,6 +254,7 @@ mod tests {
             attention_backend: Some("torch"),
             gemm: Some("cublas"),
             kv_cache_dtype: Some("fp8_e4m3"),
+            load_format: Some("dummy"),
             count,
         }
     }
@@ -315,7 +318,9 @@ mod tests {
                 "--gemm",
                 "cublas",
                 "--kv-cache-dtype",
-                "fp8_e4m3"
+                "fp8_e4m3",
+                "--load-format",
+                "dummy"
             ]
         );
     }
