@@ -26,6 +26,8 @@ pub enum ApiError {
     /// No worker can take the request (none ready, or the one serving it died); sent with
     /// `Retry-After: 1` (a worker restarts or reconnects within seconds).
     Unavailable(String),
+    /// The request ran past `--request-timeout` (aborted in the worker).
+    Timeout(String),
     /// Our fault.
     Internal(String),
 }
@@ -55,6 +57,7 @@ impl ApiError {
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -69,6 +72,7 @@ impl ApiError {
             | Self::MethodNotAllowed(m)
             | Self::Overloaded(m)
             | Self::Unavailable(m)
+            | Self::Timeout(m)
             | Self::Internal(m) => m,
         }
     }
@@ -90,6 +94,7 @@ impl ApiError {
             }
             Self::Overloaded(_) => ("rate_limit_exceeded", Some("too_many_requests"), None),
             Self::Unavailable(_) => ("server_error", Some("service_unavailable"), None),
+            Self::Timeout(_) => ("timeout", Some("request_timeout"), None),
             Self::Internal(_) => ("server_error", None, None),
         };
         json!({"error": {"message": self.message(), "type": kind, "param": param, "code": code}})
@@ -160,6 +165,9 @@ mod tests {
         assert_eq!(overloaded.body()["error"]["type"], "rate_limit_exceeded");
         assert_eq!(overloaded.body()["error"]["code"], "too_many_requests");
         assert_eq!(overloaded.into_response().headers()["retry-after"], "1");
+        let timeout = ApiError::Timeout("x".into());
+        assert_eq!(timeout.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(timeout.body()["error"]["type"], "timeout");
         assert_eq!(
             ApiError::Internal("x".into()).status(),
             StatusCode::INTERNAL_SERVER_ERROR

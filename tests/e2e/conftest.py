@@ -52,7 +52,10 @@ def worker_metrics(base_url: str) -> dict[str, float]:
 def wait_idle(base_url: str, timeout_s: float = 30) -> dict[str, float]:
     """Nothing in flight in the router, nothing running and no KV held in the worker."""
     def idle() -> dict[str, float] | None:
-        m = worker_metrics(base_url)
+        try:
+            m = worker_metrics(base_url)
+        except AssertionError:  # the worker's load series: absent until its first report
+            return None
         busy = m["requests_in_flight"] + m["num_requests_running"] + m["num_requests_waiting"]
         return m if busy == 0 and m["kv_cache_used_tokens"] == 0 else None
     deadline = time.monotonic() + timeout_s

@@ -67,6 +67,8 @@ pub struct Generation {
     output_ids: Vec<u32>,
     cached_tokens: u32,
     started: Instant,
+    /// `--request-timeout` after `started`: past it the request is aborted (504).
+    deadline: Option<tokio::time::Instant>,
     /// When the first and the latest token came.
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -129,6 +131,10 @@ pub async fn start_n(
             output_ids: Vec::new(),
             cached_tokens: 0,
             started,
+            deadline: state
+                .limits
+                .request_timeout()
+                .map(|t| tokio::time::Instant::from_std(started) + t),
             first_token: None,
             last_token: None,
         });
@@ -163,7 +169,14 @@ impl Generation {
             if let Some(update) = self.queue.pop_front() {
                 return Some(Ok(update));
             }
-            let event = self.request.as_mut()?.next().await;
+            let request = self.request.as_mut()?;
+            let event = match self.deadline {
+                None => request.next().await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, request.next()).await {
+                    Ok(event) => event,
+                    Err(_) => return Some(Err(self.time_out())),
+                },
+            };
             match event {
                 Some(Event::Token(out)) => self.on_token(out),
                 Some(Event::Failed(e)) => {
@@ -185,6 +198,27 @@ impl Generation {
         }
     }
 
+    /// How long a retry waits for a ready worker: `RETRY_WAIT`, within the deadline.
+    fn retry_wait(&self) -> Duration {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        left.map_or(RETRY_WAIT, |left| left.min(RETRY_WAIT))
+    }
+
+    /// Aborts the request in the worker (its KV is freed at once): the 504 to send.
+    fn time_out(&mut self) -> ApiError {
+        if let Some(request) = self.request.take() {
+            request.abort();
+        }
+        let secs = self.state.limits.request_timeout.unwrap_or_default();
+        ApiError::Timeout(format!(
+            "the request ran past the server's limit of {secs} s (--request-timeout) and was \
+             stopped after {} tokens",
+            self.output_ids.len()
+        ))
+    }
+
     /// Its worker went away (503) and nothing of it was produced yet.
     fn retryable(&self, error: &ApiError) -> bool {
         matches!(error, ApiError::Unavailable(_)) && self.output_ids.is_empty() && !self.retried
@@ -198,7 +232,7 @@ impl Generation {
         drop(failed);
         let worker = self
             .state
-            .wait_for_worker(&self.prompt_ids, RETRY_WAIT)
+            .wait_for_worker(&self.prompt_ids, self.retry_wait())
             .await?;
         tracing::warn!(from = %from, to = %worker.address(), "retrying a request: {error}");
         let mut request = worker.submit(self.prompt_ids.to_vec(), self.sampling.clone())?;

@@ -29,6 +29,10 @@ pub struct Limits {
     /// 0, the default, refuses at once (a load balancer can retry elsewhere at once).
     #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = seconds)]
     pub admission_wait: f64,
+    /// Seconds a generation may run, from its admission: past it the worker aborts it (its
+    /// KV is freed) and the client gets 504 (an error event when streaming). Default: none.
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    pub request_timeout: Option<f64>,
 }
 
 impl Default for Limits {
@@ -38,6 +42,7 @@ impl Default for Limits {
             max_n: 64,
             max_prompts: 256,
             admission_wait: 0.0,
+            request_timeout: None,
         }
     }
 }
@@ -45,6 +50,10 @@ impl Default for Limits {
 impl Limits {
     pub fn admission_wait(&self) -> Duration {
         Duration::from_secs_f64(self.admission_wait)
+    }
+
+    pub fn request_timeout(&self) -> Option<Duration> {
+        self.request_timeout.map(Duration::from_secs_f64)
     }
 }
 
@@ -55,6 +64,14 @@ fn seconds(text: &str) -> Result<f64, String> {
         return Err(format!("must be in [0, 86400] seconds; got {text}"));
     }
     Ok(secs)
+}
+
+/// A number of seconds above 0 (and at most a day).
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match seconds(text)? {
+        0.0 => Err("must be above 0 seconds (leave the flag out for no limit)".into()),
+        secs => Ok(secs),
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +93,11 @@ mod tests {
     fn defaults_match_the_flags_defaults() {
         assert_eq!(parse(&[]).unwrap(), Limits::default());
         let l = parse(&["--max-tokens-limit", "8", "--admission-wait", "1.5"]).unwrap();
+        assert_eq!(l.request_timeout(), None);
+        let t = parse(&["--request-timeout", "2.5"])
+            .unwrap()
+            .request_timeout();
+        assert_eq!(t, Some(Duration::from_millis(2500)));
         assert_eq!(l.max_tokens_limit, Some(8));
         assert_eq!(l.admission_wait(), Duration::from_millis(1500));
     }
@@ -88,6 +110,8 @@ mod tests {
             ["--max-prompts", "0"],
             ["--admission-wait", "-1"],
             ["--admission-wait", "NaN"],
+            ["--request-timeout", "0"],
+            ["--request-timeout", "inf"],
         ] {
             assert!(parse(&args).is_err(), "{args:?}");
         }

@@ -33,7 +33,7 @@ async fn the_servers_limits_are_named_in_400s() {
             max_tokens_limit: Some(8),
             max_n: 2,
             max_prompts: 2,
-            admission_wait: 0.0,
+            ..Limits::default()
         },
         ..Options::default()
     })
@@ -81,4 +81,34 @@ async fn the_servers_limits_are_named_in_400s() {
     );
     assert_eq!(send(s.app(), req).await.0, StatusCode::OK);
     assert_eq!(s.max_new_tokens(), [8, 8]);
+}
+
+#[tokio::test]
+async fn a_request_past_the_timeout_is_aborted_in_the_worker_and_gets_504() {
+    let s = Setup::with(Options {
+        stall: true,
+        limits: Limits {
+            request_timeout: Some(0.3),
+            ..Limits::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    for extra in [json!({}), json!({"stream": true})] {
+        let started = std::time::Instant::now();
+        let (status, body) = send_json(s.app(), chat(extra)).await;
+        let took = started.elapsed();
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert_eq!(body["error"]["type"], "timeout");
+        assert_eq!(
+            body["error"]["message"],
+            "the request ran past the server's limit of 0.3 s (--request-timeout) and was stopped after 0 tokens"
+        );
+    }
+    s.wait_for(|s| s.aborted().len() == 2).await;
+    assert_eq!(s.state.admission.in_flight(), 0);
 }

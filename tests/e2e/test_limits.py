@@ -1,0 +1,58 @@
+"""`--request-timeout` against the real worker: a request that cannot finish in time gets 504
+(an error event when streaming) in about that time, and the worker frees its KV."""
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.e2e.conftest import Server, start_router, stop_router, wait_idle
+
+pytestmark = pytest.mark.slow
+
+MODEL = "SmolLM2-135M-Instruct"
+TIMEOUT_S = 2.0
+# Thousands of tokens: minutes on CPU, far past the timeout.
+LONG = {"model": MODEL, "messages": [{"role": "user", "content": "Tell a very long story."}],
+        "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_router(tmp_path_factory.mktemp("limits"), "--request-timeout", str(TIMEOUT_S))
+    yield server
+    stop_router(server)
+
+
+def post(server: Server, body: dict, stream: bool = False) -> requests.Response:
+    return requests.post(f"{server.base_url}/v1/chat/completions", json=body, stream=stream,
+                         timeout=120)
+
+
+def test_a_request_past_the_timeout_gets_504_and_its_kv_is_freed(timed: Server) -> None:
+    started = time.monotonic()
+    r = post(timed, LONG)
+    took = time.monotonic() - started
+    assert r.status_code == 504, r.text
+    error = r.json()["error"]
+    assert error["type"] == "timeout" and "--request-timeout" in error["message"], error
+    assert TIMEOUT_S <= took < TIMEOUT_S + 10, took
+    wait_idle(timed.base_url, timeout_s=10)
+
+
+def test_a_stream_past_the_timeout_ends_with_an_error_event(timed: Server) -> None:
+    started = time.monotonic()
+    with post(timed, {**LONG, "stream": True}, stream=True) as r:
+        assert r.status_code == 200
+        events = [line[6:] for line in r.iter_lines(decode_unicode=True)
+                  if line.startswith("data: ")]
+    took = time.monotonic() - started
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "timeout", error
+    assert any(json.loads(e).get("choices") for e in events[:-2])  # tokens came first
+    assert TIMEOUT_S <= took < TIMEOUT_S + 10, took
+    wait_idle(timed.base_url, timeout_s=10)
+
