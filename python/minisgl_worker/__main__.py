@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--page-size", type=_non_negative, default=0,
-                   help="tokens per KV page; 0: 16 on CUDA, 1 on CPU")
+                   help="tokens per KV page; 0: 16")
     p.add_argument(
         "--max-running", type=_non_negative, default=0, help="0: 256 on CUDA, 32 on CPU"
     )

@@ -1,6 +1,6 @@
-"""The router <-> worker protocol, version 4 (docs/protocol.md is the specification).
+"""The router <-> worker protocol, version 5 (docs/protocol.md is the specification).
 
-Messages are dataclasses; a frame is `{"v": 4, "msgs": [...]}` encoded with msgpack. Field
+Messages are dataclasses; a frame is `{"v": 5, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
 bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
 """
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-VERSION = 4
+VERSION = 5
 
 
 class ProtocolError(ValueError):
@@ -154,12 +154,23 @@ class Load:
     cached_prompt_tokens: int = 0  # cumulative: of those, how many came from the prefix cache
 
 
+@dataclass(frozen=True, slots=True)
+class CacheEvents:
+    """The prefix cache's net change since the worker's previous CacheEvents: block hashes
+    (kvcache/blocks.py) stored and removed. After Ready, `stored` lists every block."""
+
+    TYPE: ClassVar[str] = "cache_events"
+    stored: list[int]
+    removed: list[int]
+
+
 RouterMsg = Generate | Abort | Shutdown | Hello
-WorkerMsg = Ready | Step | Error | Load
+WorkerMsg = Ready | Step | Error | Load | CacheEvents
 Msg = RouterMsg | WorkerMsg
 
 _BY_TYPE: dict[str, type] = {
-    cls.TYPE: cls for cls in (Generate, Abort, Shutdown, Hello, Ready, Step, Error, Load)
+    cls.TYPE: cls
+    for cls in (Generate, Abort, Shutdown, Hello, Ready, Step, Error, Load, CacheEvents)
 }
 
 

@@ -14,7 +14,10 @@
 //! `minisgl_kv_cache_cached_tokens` (evictable cached prefixes), the KV capacity, the
 //! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`;
 //! its state `minisgl_worker_state{worker, state}` (1 for the current one) and
-//! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`.
+//! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`; and how exact
+//! the prefix index is (routing/index.rs), per worker: the tokens it holds
+//! (`minisgl_prefix_index_cached_tokens`), the requests compared, their predicted and
+//! reported cached tokens, and the requests where the two differed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -167,6 +170,7 @@ impl Metrics {
         );
         render_worker_states(&mut out, workers);
         render_workers(&mut out, workers);
+        render_index(&mut out, workers);
         out
     }
 }
@@ -198,6 +202,52 @@ fn render_worker_states(out: &mut String, workers: &[WorkerClient]) {
     );
     for w in workers {
         let _ = writeln!(out, "{name}{{worker=\"{}\"}} {}", w.address(), w.restarts());
+    }
+}
+
+/// Per worker: the prefix index's share, and its predictions against the worker's reports.
+fn render_index(out: &mut String, workers: &[WorkerClient]) {
+    type Field = fn(&WorkerClient) -> u64;
+    let series: [(&str, &str, &str, Field); 5] = [
+        (
+            "minisgl_prefix_index_cached_tokens",
+            "gauge",
+            "Tokens the router's index says the worker's prefix cache holds.",
+            |w| {
+                let page = w.ready_info().map_or(0, |r| r.page_size);
+                (w.cached_blocks() as u64) * u64::from(page)
+            },
+        ),
+        (
+            "minisgl_prefix_index_requests_total",
+            "counter",
+            "Requests whose predicted cached tokens were compared with the worker's report.",
+            |w| w.accuracy().requests.load(Ordering::Relaxed),
+        ),
+        (
+            "minisgl_prefix_index_predicted_tokens_total",
+            "counter",
+            "Cached prompt tokens the index predicted when the requests were sent.",
+            |w| w.accuracy().predicted_tokens.load(Ordering::Relaxed),
+        ),
+        (
+            "minisgl_prefix_index_reported_tokens_total",
+            "counter",
+            "Cached prompt tokens the worker reported for the same requests.",
+            |w| w.accuracy().reported_tokens.load(Ordering::Relaxed),
+        ),
+        (
+            "minisgl_prefix_index_mismatches_total",
+            "counter",
+            "Requests whose predicted and reported cached tokens differ.",
+            |w| w.accuracy().mismatches.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, kind, help, field) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for w in workers {
+            let _ = writeln!(out, "{name}{{worker=\"{}\"}} {}", w.address(), field(w));
+        }
     }
 }
 

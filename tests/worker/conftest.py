@@ -61,7 +61,9 @@ def engine_factory() -> Iterator[Any]:
     def make(path: Path, **options: Any) -> Engine:
         for e in engines:
             e.shutdown()
-        options = {"device": "cpu", "dtype": "float32", "kv_tokens": 1024, **options}
+        # Page 1 unless a test asks for more: the tests count KV in tokens.
+        options = {"device": "cpu", "dtype": "float32", "kv_tokens": 1024, "page_size": 1,
+                   **options}
         engines.append(Engine(EngineConfig(model_path=str(path), **options)))
         return engines[-1]
 

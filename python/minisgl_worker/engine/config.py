@@ -12,7 +12,7 @@ class EngineConfig:
     model_path: str
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    page_size: int = 0  # tokens per KV page; 0: 16 on CUDA, 1 on CPU
+    page_size: int = 0  # tokens per KV page; 0: 16
     max_running: int = 0  # 0: 256 on CUDA, 32 on CPU
     kv_tokens: int = 0  # 0: auto (see Engine._num_pages)
     load_format: str = "safetensors"  # or "dummy" (random weights)
@@ -66,13 +66,13 @@ class EngineConfig:
     def resolve_kv_dtype(self, model_dtype: torch.dtype) -> torch.dtype:
         return torch.float8_e4m3fn if self.kv_cache_dtype == "fp8_e4m3" else model_dtype
 
-    def resolve_page_size(self, device: torch.device) -> int:
-        """16 on CUDA (vLLM's default block size: FlashInfer reads whole pages, measured
-        ~1-2% faster than page 1 on mini-sglang's offline workload, benches/RESULTS.md;
-        the prefix cache then matches in steps of 16 tokens), 1 on CPU."""
-        if self.page_size:
-            return self.page_size
-        return 16 if device.type == "cuda" else 1
+    def resolve_page_size(self) -> int:
+        """16 (vLLM's default block size). On CUDA FlashInfer reads whole pages, measured
+        ~1-2% faster than page 1 on mini-sglang's offline workload (benches/RESULTS.md). On
+        CPU too: the prefix cache reports its changes to the router one block hash per page
+        (kvcache/blocks.py), and a hash per token would cost more than the tokens. The
+        prefix cache then matches in steps of 16 tokens."""
+        return self.page_size or 16
 
     def resolve_max_running(self, device: torch.device) -> int:
         if self.max_running:

@@ -59,7 +59,7 @@ class Engine:
         self.comm = get_comm() if tp.size > 1 else None
         self.model_name = Path(config.model_path).resolve().name
         self.max_running = config.resolve_max_running(device)
-        self.page_size = config.resolve_page_size(device)
+        self.page_size = config.resolve_page_size()
         self.backend_name = resolve_backend_name(config.attention_backend, device)
         self.kv_dtype = config.resolve_kv_dtype(self.dtype)
         assert self.kv_dtype == self.dtype or self.backend_name == "torch", (

@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 
+from .blocks import BlockEvents
+
 
 class PrefixMatch(NamedTuple):
     handle: Any  # opaque; pass back to lock/unlock
@@ -53,6 +55,14 @@ class BasePrefixCache(ABC):
     @abstractmethod
     def pages(self) -> list[int]:
         """Every page the cache holds (for integrity checks: O(cache size))."""
+
+    @abstractmethod
+    def drain_events(self) -> BlockEvents:
+        """The blocks (blocks.py hashes) stored and removed since the last drain, netted."""
+
+    @abstractmethod
+    def block_hashes(self) -> list[int]:
+        """The hash of every block the cache holds (a full report for a new router)."""
 
     @abstractmethod
     def check_integrity(self) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import BasePrefixCache, CacheSizes, PrefixMatch
+from .blocks import BlockEvents
 
 
 class NaiveCache(BasePrefixCache):
@@ -29,6 +30,12 @@ class NaiveCache(BasePrefixCache):
         return CacheSizes(evictable_pages=0, protected_pages=0)
 
     def pages(self) -> list[int]:
+        return []
+
+    def drain_events(self) -> BlockEvents:
+        return BlockEvents([], [])
+
+    def block_hashes(self) -> list[int]:
         return []
 
     def check_integrity(self) -> None:

@@ -23,7 +23,11 @@ last page boundary where the tokens still agree.
   heap.
 
 `evictable` / `protected` count the pages of unlocked / locked nodes; they move only when
-a node's ref crosses zero, so `sizes()` is O(1)."""
+a node's ref crosses zero, so `sizes()` is O(1).
+
+Every node also holds its pages' block hashes (blocks.py: chained over the whole prefix,
+so a split only divides the list), and every page that enters or leaves the tree is
+recorded in `events` for the router's index (`drain_events`)."""
 
 from __future__ import annotations
 
@@ -32,15 +36,19 @@ import itertools
 from typing import Any
 
 from .base import BasePrefixCache, CacheSizes, PrefixMatch
+from .blocks import ROOT_HASH, BlockEvents, CacheEvents, chain_hashes
 
 
 class _Node:
-    __slots__ = ("children", "key", "last_access", "pages", "parent", "ref", "uid")
+    __slots__ = ("children", "hashes", "key", "last_access", "pages", "parent", "ref", "uid")
     _uids = itertools.count()
 
-    def __init__(self, key: list[int], pages: list[int], parent: _Node | None) -> None:
+    def __init__(
+        self, key: list[int], pages: list[int], hashes: list[int], parent: _Node | None
+    ) -> None:
         self.key = key  # tokens, len(pages) * page_size of them
         self.pages = pages
+        self.hashes = hashes  # one block hash per page
         self.parent = parent
         self.children: dict[tuple[int, ...], _Node] = {}  # by first page of tokens
         self.ref = 0  # locks held at or below this node
@@ -60,7 +68,8 @@ class RadixCache(BasePrefixCache):
     def __init__(self, page_size: int) -> None:
         assert page_size >= 1
         self.page_size = page_size
-        self.root = _Node([], [], None)  # never locked, never evicted
+        self.root = _Node([], [], [], None)  # never locked, never evicted
+        self.events = CacheEvents()
         self._evictable = 0
         self._protected = 0
         self._clock = 0
@@ -104,10 +113,11 @@ class RadixCache(BasePrefixCache):
         """Cut node after its first n tokens; returns the new upper part (same ref)."""
         assert node.parent is not None and 0 < n < len(node.key) and n % self.page_size == 0
         ps, cut = self.page_size, n // self.page_size
-        upper = _Node(node.key[:n], node.pages[:cut], node.parent)
+        upper = _Node(node.key[:n], node.pages[:cut], node.hashes[:cut], node.parent)
         upper.ref, upper.last_access = node.ref, node.last_access
         node.parent.children[tuple(node.key[:ps])] = upper
         node.key, node.pages, node.parent = node.key[n:], node.pages[cut:], upper
+        node.hashes = node.hashes[cut:]
         upper.children[tuple(node.key[:ps])] = node
         return upper
 
@@ -141,7 +151,10 @@ class RadixCache(BasePrefixCache):
         held = node.path_pages()
         duplicates = [mine for mine, cached in zip(pages, held) if mine != cached]
         if pos < len(token_ids):
-            leaf = _Node(list(token_ids[pos:]), list(pages[pos // ps :]), node)
+            parent_hash = node.hashes[-1] if node.hashes else ROOT_HASH
+            hashes = chain_hashes(parent_hash, token_ids[pos:], ps)
+            self.events.store(hashes)
+            leaf = _Node(list(token_ids[pos:]), list(pages[pos // ps :]), hashes, node)
             leaf.last_access = self._clock
             node.children[tuple(leaf.key[:ps])] = leaf
             self._evictable += len(leaf.pages)
@@ -158,10 +171,13 @@ class RadixCache(BasePrefixCache):
             need = num_pages - len(out)
             if len(node.pages) > need:  # keep the leaf's head: the likelier reused part
                 out += node.pages[-need:]
+                self.events.remove(node.hashes[-need:])
                 node.pages, node.key = node.pages[:-need], node.key[: -need * self.page_size]
+                node.hashes = node.hashes[:-need]
                 self._evictable -= need
                 break
             out += node.pages
+            self.events.remove(node.hashes)
             self._evictable -= len(node.pages)
             parent = node.parent
             assert parent is not None
@@ -177,6 +193,12 @@ class RadixCache(BasePrefixCache):
 
     def pages(self) -> list[int]:
         return [p for node in self._nodes() for p in node.pages]
+
+    def drain_events(self) -> BlockEvents:
+        return self.events.drain()
+
+    def block_hashes(self) -> list[int]:
+        return [h for node in self._nodes() for h in node.hashes]
 
     def _nodes(self) -> list[_Node]:
         """Every node but the root, parents before children."""
@@ -194,6 +216,8 @@ class RadixCache(BasePrefixCache):
             parent = node.parent
             assert parent is not None and node.pages, "empty or detached node"
             assert len(node.key) == len(node.pages) * ps, "key and pages disagree"
+            parent_hash = parent.hashes[-1] if parent.hashes else ROOT_HASH
+            assert node.hashes == chain_hashes(parent_hash, node.key, ps), "stale block hashes"
             assert parent.children.get(tuple(node.key[:ps])) is node, "bad child key"
             assert node.ref >= sum(c.ref for c in node.children.values()) >= 0, "bad ref"
             assert seen.isdisjoint(node.pages), "a page is cached twice"

@@ -18,6 +18,7 @@ import torch
 
 from ..core import PENDING_TOKEN, Req
 from ..kvcache import BasePrefixCache, PageAllocator
+from ..protocol import CacheEvents
 from ..transfer import to_device_packed
 
 
@@ -125,6 +126,18 @@ class CacheManager:
                 first -= 1
             end = min(end, len(req.input_ids) + first)
         return end // self.page_size
+
+    def events(self) -> CacheEvents | None:
+        """The prefix cache's net change since the last call (None: no change), for the
+        router's index: one message per scheduler step, sent before the step's tokens."""
+        stored, removed = self.prefix_cache.drain_events()
+        return CacheEvents(stored, removed) if stored or removed else None
+
+    def snapshot(self) -> CacheEvents:
+        """Every block the prefix cache holds, for a router that just connected (its index
+        of this worker starts empty); what was not yet reported is included."""
+        self.prefix_cache.drain_events()
+        return CacheEvents(self.prefix_cache.block_hashes(), [])
 
     def check_integrity(self) -> None:
         """Every page is free, cached, or owned by one request, exactly once; each request's

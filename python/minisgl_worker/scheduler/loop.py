@@ -1,7 +1,8 @@
 """The worker's event loop: receive, step the scheduler (which overlaps batch N+1 with
 processing batch N on CUDA; see scheduler.py), send one frame with everything the step
-produced. Idle, it blocks on the socket until a message arrives or a Load is due, so an
-idle worker uses no CPU.
+produced: the prefix cache's changes first, then the tokens, so that the router's index
+holds a request's stored prefix by the time it sees the request end. Idle, it blocks on the
+socket until a message arrives or a Load is due, so an idle worker uses no CPU.
 
 In a TP group rank 0 runs `serve` and every other rank `follow`. Each turn rank 0
 broadcasts the turn's messages in one collective (what came from the router, plus the
@@ -46,7 +47,8 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
 
     The router sends Hello first on every connection and gets Ready back. Requests still
     held then came over an earlier connection, whose router has failed them already: they
-    are aborted, as they are when a frame finds no router connected."""
+    are aborted, as they are when a frame finds no router connected. Ready is followed by
+    every block the prefix cache holds: the router's index of this worker starts empty."""
     logger.info("listening on %s", io.address)
     last_load = time.monotonic()
     pending: list[RouterMsg] = []  # aborts decided here, applied with the next turn's msgs
@@ -66,6 +68,9 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
         if _apply(scheduler, msgs, out, ready):
             return
         outputs = _step(scheduler, out, fatal=comm is not None)
+        events = scheduler.cache.events()
+        if events is not None:
+            out.append(events)
         if outputs:
             out.append(Step(outputs))
         pending = []
@@ -102,7 +107,7 @@ def _apply(scheduler: Scheduler, msgs: list[RouterMsg], out: list[Msg], ready: R
             logger.info("a router connected")
             _abort_all(scheduler, "they came over an earlier connection")
             if ready is not None:
-                out.append(ready)
+                out += [ready, scheduler.cache.snapshot()]
             continue
         error = _handle(scheduler, msg)
         if error is not None:

@@ -1,5 +1,7 @@
-//! Which worker serves a prompt: the prefix index over token ids (`radix`) and the policies
-//! that read it (`policy`: cache-aware by default, round-robin).
+//! Which worker serves a prompt: the prefix index that mirrors each worker's cache from its
+//! cache events (`index`, over the block hashes of `blocks`) and the policies that read it
+//! (`policy`: cache-aware by default, round-robin, least-load, power-of-two).
 
+pub mod blocks;
+pub mod index;
 pub mod policy;
-pub mod radix;

@@ -5,6 +5,9 @@
 //! worker goes away every request in its registry gets an error at once, so no client ever
 //! hangs. `Down` is temporary: the connection is made again (a remote worker that restarted
 //! or stopped answering; a local one its launcher restarts). `Dead` is final.
+//!
+//! It also holds the worker's part of the prefix index (routing/index.rs): the mirror of its
+//! cache, fed by its `cache_events` and emptied at each `ready`, and how exact it was.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,9 +16,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::protocol::{Load, Ready, RouterMsg, Sampling};
-use super::registry::{next_rid, Registry};
+use super::registry::{next_rid, Entry, Registry};
 use super::request::RequestStream;
 use crate::error::ApiError;
+use crate::routing::blocks::block_hashes;
+use crate::routing::index::{Accuracy, CacheMirror, PrefixMatch};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerState {
@@ -71,6 +76,10 @@ pub(super) struct Inner {
     pub(super) heartbeat: Option<Duration>,
     /// Its first `ready`: a worker that comes back must serve the same model.
     first_ready: Mutex<Option<Ready>>,
+    /// What its prefix cache holds, from its `cache_events` since its last `ready`.
+    pub(super) cache: Mutex<CacheMirror>,
+    /// Predicted against reported cached tokens of the requests it served.
+    pub(super) accuracy: Accuracy,
 }
 
 impl WorkerClient {
@@ -104,6 +113,8 @@ impl WorkerClient {
             epoch: watch::channel(0).0,
             heartbeat,
             first_ready: Mutex::new(None),
+            cache: Mutex::new(CacheMirror::default()),
+            accuracy: Accuracy::default(),
         });
         tokio::spawn(super::socket::run(inner.clone(), outgoing));
         Self { inner }
@@ -155,7 +166,30 @@ impl WorkerClient {
         let _ = self.wait_ready().await;
     }
 
-    /// Sends `generate`; the returned stream yields its outputs and aborts it when dropped early.
+    /// How much of `ids` this worker holds (None when it is not ready).
+    pub fn prefix_match(&self, ids: &[u32]) -> Option<PrefixMatch> {
+        let page_size = self.ready_info()?.page_size as usize;
+        Some(self.match_blocks(&block_hashes(ids, page_size), ids.len(), page_size))
+    }
+
+    fn match_blocks(&self, blocks: &[u64], prompt_len: usize, page_size: usize) -> PrefixMatch {
+        let cache = self.inner.cache.lock().unwrap();
+        (self.inner.requests)
+            .with_routed(|routed| PrefixMatch::of(&cache, routed, blocks, prompt_len, page_size))
+    }
+
+    /// Blocks its prefix cache holds (by its events).
+    pub fn cached_blocks(&self) -> usize {
+        self.inner.cache.lock().unwrap().len()
+    }
+
+    pub fn accuracy(&self) -> &Accuracy {
+        &self.inner.accuracy
+    }
+
+    /// Sends `generate`; the returned stream yields its outputs and aborts it when dropped
+    /// early. The index's prediction of its cached tokens is taken now, and compared with
+    /// the worker's report on its first output.
     pub fn submit(
         &self,
         input_ids: Vec<u32>,
@@ -163,11 +197,19 @@ impl WorkerClient {
     ) -> Result<RequestStream, ApiError> {
         let rid = next_rid();
         let (tx, rx) = mpsc::unbounded_channel();
-        if !self.inner.requests.register(rid, tx, || self.is_ready()) {
-            return Err(ApiError::Unavailable(format!(
-                "worker {} is not ready",
-                self.address()
-            )));
+        let not_ready = || ApiError::Unavailable(format!("worker {} is not ready", self.address()));
+        let page_size = self.ready_info().ok_or_else(not_ready)?.page_size as usize;
+        let blocks = block_hashes(&input_ids, page_size);
+        let predicted = self
+            .match_blocks(&blocks, input_ids.len(), page_size)
+            .cached;
+        let entry = Entry {
+            tx,
+            blocks,
+            predicted: Some(predicted as u32),
+        };
+        if !self.inner.requests.register(rid, entry, || self.is_ready()) {
+            return Err(not_ready());
         }
         self.inner.send(RouterMsg::Generate {
             rid,
@@ -259,6 +301,8 @@ impl Inner {
         self.state.send_if_modified(|s| {
             let connecting = matches!(s, WorkerState::Connecting | WorkerState::Down(_));
             if connecting {
+                // Its cache is reported afresh right after `ready` (empty after a restart).
+                self.cache.lock().unwrap().clear();
                 self.was_ready.store(true, Ordering::Relaxed);
                 self.readies.fetch_add(1, Ordering::Relaxed);
                 *s = WorkerState::Ready(ready);
@@ -293,8 +337,13 @@ impl Inner {
         });
         if down {
             *self.load.lock().unwrap() = None;
+            self.cache.lock().unwrap().clear();
             self.requests.fail_all(false, reason);
         }
+    }
+
+    pub(super) fn apply_cache_events(&self, stored: &[u64], removed: &[u64]) {
+        self.cache.lock().unwrap().apply(stored, removed);
     }
 
     pub(super) fn set_load(&self, load: Load) {

@@ -1,5 +1,6 @@
 //! Tests of `client.rs`: a worker that goes away, comes back, or stops answering.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::super::fake::{FakeScript, FakeWorker};
@@ -120,4 +121,54 @@ async fn failing_a_worker_ends_its_requests_and_refuses_new_ones() {
         client.wait_ready().await,
         Err("worker 0 exited with status 1".into())
     );
+}
+
+async fn finish(client: &WorkerClient, ids: Vec<u32>) {
+    let mut stream = client.submit(ids, Sampling::default()).unwrap();
+    while let Some(Event::Token(_)) = stream.next().await {}
+}
+
+#[tokio::test]
+async fn the_index_mirrors_cache_events_and_a_restarted_worker_starts_empty() {
+    let worker = FakeWorker::start(script(false)).await;
+    let address = worker.address.clone();
+    let client = WorkerClient::connect(&address);
+    client.wait_ready().await.unwrap();
+    assert_eq!(client.prefix_match(&[1, 2, 3, 4, 5]).unwrap().cached, 0);
+    finish(&client, vec![1, 2, 3, 4]).await;
+    // The fake stored the prompt (page size 1) before its last token: already applied.
+    let m = client.prefix_match(&[1, 2, 3, 4, 5]).unwrap();
+    assert_eq!((m.cached, m.expected, client.cached_blocks()), (4, 4, 4));
+    assert_eq!(client.prefix_match(&[1, 2, 9]).unwrap().cached, 2);
+    // Its prediction was checked against its report (the fake always reports 3).
+    let acc = client.accuracy();
+    assert_eq!(acc.requests.load(Ordering::Relaxed), 1);
+    assert_eq!(acc.mismatches.load(Ordering::Relaxed), 1);
+    worker.stop().await;
+    client.go_down("worker 0 exited");
+    assert_eq!(client.cached_blocks(), 0);
+    let _second = FakeWorker::start_at(&address, script(false)).await;
+    until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
+    assert_eq!(client.prefix_match(&[1, 2, 3, 4, 5]).unwrap().cached, 0);
+}
+
+#[tokio::test]
+async fn a_reconnected_worker_reports_its_cache_again() {
+    let worker = FakeWorker::start(script(false)).await;
+    // A short heartbeat: the fake is silent while idle, so the client reconnects.
+    let client = WorkerClient::start(&worker.address, Some(Duration::from_millis(300)));
+    client.wait_ready().await.unwrap();
+    finish(&client, vec![7, 8, 9]).await;
+    assert_eq!(client.cached_blocks(), 3);
+    until_state(&client, |s| matches!(s, WorkerState::Down(_))).await;
+    until_state(&client, |s| matches!(s, WorkerState::Ready(_))).await;
+    // The snapshot after `ready` arrives in the same frame, applied right after it.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while client.cached_blocks() != 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the snapshot restores the index");
+    assert_eq!(client.prefix_match(&[7, 8, 9, 1]).unwrap().cached, 3);
 }

@@ -1,9 +1,10 @@
 //! A stand-in worker for the router's tests: a real zmq.rs DEALER bound on an ipc address,
-//! speaking protocol v3. It answers `hello` with `ready` (forgetting what it ran), then every
-//! tick emits one token for each running request: the scripted reply, then EOS
-//! (`finish: stop`), or `finish: length` at the limit.
-
-use std::collections::BTreeMap;
+//! speaking the protocol (protocol.rs). It answers `hello` with `ready` (forgetting what it
+//! ran) and a `cache_events` listing its cache, then every tick emits one token for each
+//! running request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at
+//! the limit. Its cache (page size 1) keeps every finished prompt, reported before the last
+//! token.
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use super::protocol::{
     decode_frame, encode_frame, ErrorCode, Finish, Ready, RouterMsg, Sampling, TokenOutput,
     WorkerMsg,
 };
+use crate::routing::blocks::block_hashes;
 
 #[derive(Clone)]
 pub struct FakeScript {
@@ -93,6 +95,7 @@ impl Drop for FakeWorker {
 }
 
 struct Running {
+    input_ids: Vec<u32>,
     sampling: Sampling,
     produced: u32,
 }
@@ -115,6 +118,7 @@ async fn serve(
         device: "cpu".into(),
     });
     let mut running: BTreeMap<u64, Running> = BTreeMap::new();
+    let mut cache: HashSet<u64> = HashSet::new();
     loop {
         if stop.try_recv().is_ok() {
             socket.close().await;
@@ -150,6 +154,7 @@ async fn serve(
                             running.insert(
                                 rid,
                                 Running {
+                                    input_ids,
                                     sampling,
                                     produced: 0,
                                 },
@@ -164,14 +169,38 @@ async fn serve(
                     RouterMsg::Hello => {
                         running.clear();
                         replies.push(ready.clone());
+                        replies.push(WorkerMsg::CacheEvents {
+                            stored: cache.iter().copied().collect(),
+                            removed: vec![],
+                        });
                     }
                 }
             }
         }
         if !stalled.load(Ordering::Relaxed) && !running.is_empty() {
-            replies.push(WorkerMsg::Step {
-                outputs: step(&script, &mut running),
-            });
+            let outputs = step(&script, &mut running);
+            let mut stored = Vec::new();
+            for out in outputs.iter().filter(|o| o.finish.is_some()) {
+                let prompt = &running[&out.rid].input_ids;
+                stored.extend(
+                    block_hashes(prompt, 1)
+                        .into_iter()
+                        .filter(|&h| cache.insert(h)),
+                );
+            }
+            let finished: Vec<u64> = outputs
+                .iter()
+                .filter(|o| o.finish.is_some())
+                .map(|o| o.rid)
+                .collect();
+            running.retain(|rid, _| !finished.contains(rid));
+            if !stored.is_empty() {
+                replies.push(WorkerMsg::CacheEvents {
+                    stored,
+                    removed: vec![],
+                });
+            }
+            replies.push(WorkerMsg::Step { outputs });
         }
         if !replies.is_empty() {
             // Fails only when the router is gone; a new one starts with `hello`.
@@ -203,6 +232,5 @@ fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenO
             cached_tokens: 3,
         });
     }
-    running.retain(|rid, _| !outputs.iter().any(|o| o.rid == *rid && o.finish.is_some()));
     outputs
 }

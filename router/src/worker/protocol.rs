@@ -1,12 +1,12 @@
-//! The router <-> worker protocol, version 4 (docs/protocol.md is the specification).
+//! The router <-> worker protocol, version 5 (docs/protocol.md is the specification).
 //!
-//! A frame is `{"v": 4, "msgs": [...]}` in msgpack. Field order in every struct below is the
+//! A frame is `{"v": 5, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
 //! encoder (the golden vectors in tests/data/protocol/ check both sides).
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// What a constraint's `source` holds (docs/protocol.md, "constraint").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +163,12 @@ pub enum WorkerMsg {
         message: String,
     },
     Load(Load),
+    /// The prefix cache's net change since the previous one: block hashes
+    /// (routing/blocks.rs) stored and removed. Right after `ready`: every block it holds.
+    CacheEvents {
+        stored: Vec<u64>,
+        removed: Vec<u64>,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -202,6 +208,10 @@ pub fn decode_frame<M: DeserializeOwned>(data: &[u8]) -> Result<Vec<M>, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::blocks::block_hashes;
+
+    /// golden.py's BLOCK_TOKENS: the cache_events hashes are computed here, independently.
+    const BLOCK_TOKENS: [u32; 8] = [1, 2, 300, 70000, 5, 6, 7, 8];
 
     fn golden(name: &str) -> Vec<u8> {
         let path = format!(
@@ -323,6 +333,10 @@ mod tests {
                 prompt_tokens: 4096,
                 cached_prompt_tokens: 1024,
             }),
+            WorkerMsg::CacheEvents {
+                stored: block_hashes(&BLOCK_TOKENS, 4),
+                removed: block_hashes(&[1, 2, 300, 70000, 70000, 0, 1, u32::MAX], 4)[1..].to_vec(),
+            },
         ]
     }
 

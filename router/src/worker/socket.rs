@@ -145,7 +145,8 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
                 max_context = ready.max_context, kv_capacity = ready.kv_capacity, "worker ready");
             inner.set_ready(ready);
         }
-        WorkerMsg::Step { outputs } => inner.requests.dispatch(outputs),
+        WorkerMsg::Step { outputs } => inner.requests.dispatch(outputs, &inner.accuracy),
+        WorkerMsg::CacheEvents { stored, removed } => inner.apply_cache_events(&stored, &removed),
         WorkerMsg::Error {
             rid: Some(rid),
             code,

@@ -7,8 +7,10 @@ and re-encode the same messages byte for byte.
 
 from pathlib import Path
 
+from minisgl_worker.kvcache.blocks import chain_hashes
 from minisgl_worker.protocol import (
     Abort,
+    CacheEvents,
     Constraint,
     ConstraintKind,
     Error,
@@ -23,6 +25,9 @@ from minisgl_worker.protocol import (
     TokenOutput,
     encode_frame,
 )
+
+# Two pages of 4 tokens: cache_events' block hashes are checked against this prefix.
+BLOCK_TOKENS = [1, 2, 300, 70000, 5, 6, 7, 8]
 
 FRAMES = {
     "router_frame": [
@@ -92,6 +97,11 @@ FRAMES = {
             kv_total=123456,
             prompt_tokens=4096,
             cached_prompt_tokens=1024,
+        ),
+        # Both sides' tests also compute these hashes from BLOCK_TOKENS themselves.
+        CacheEvents(
+            stored=chain_hashes(0, BLOCK_TOKENS, 4),
+            removed=chain_hashes(0, BLOCK_TOKENS[:4] + [70000, 0, 1, 2**32 - 1], 4)[1:],
         ),
     ],
 }

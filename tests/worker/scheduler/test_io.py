@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 import zmq
+from minisgl_worker.kvcache.blocks import chain_hashes
 from minisgl_worker.protocol import (
     Abort,
+    CacheEvents,
     Error,
     ErrorCode,
     Generate,
@@ -154,3 +156,49 @@ def test_a_new_connection_gets_ready_and_ends_what_the_last_one_left(
     finally:
         second.close()
     assert "aborting 2 requests" in (tmp_path / "worker.log").read_text()
+
+
+def _frames_until(client: Client, done: Any) -> list[list[Msg]]:
+    """Every frame until one holds a message done(msg) is true for (included)."""
+    frames: list[list[Msg]] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if client.sock.poll(100):
+            frames.append(decode_frame(client.sock.recv()))
+            if any(done(m) for m in frames[-1]):
+                return frames
+    raise AssertionError(f"timed out; got {frames[-3:]}")
+
+
+def test_cache_events_come_before_the_step_and_a_new_connection_gets_them_all(
+    worker: tuple[subprocess.Popen, Client],
+) -> None:
+    """What the router's index is built from: Ready is followed by the whole cache; each
+    frame's net changes come before its tokens, so the request's stored prefix is known
+    when its last token arrives."""
+    _, client = worker
+    client.send([Hello()])
+    ready, snapshot = _frames_until(client, lambda m: isinstance(m, Ready))[-1]
+    assert isinstance(ready, Ready) and snapshot == CacheEvents([], [])
+    prompt = list(range(5, 15))
+    client.send([Generate(1, prompt, SamplingParams(max_new_tokens=3, ignore_eos=True))])
+    frames = _frames_until(client, _finished(1))
+    mirror: set[int] = set()
+    for frame in frames:
+        for m in frame:
+            if isinstance(m, CacheEvents):
+                assert mirror.isdisjoint(m.stored) and mirror.issuperset(m.removed)
+                mirror = (mirror | set(m.stored)) - set(m.removed)
+    last = frames[-1]
+    assert [type(m) for m in last if not isinstance(m, Load)] == [CacheEvents, Step]
+    outputs = [o.token for f in frames for m in f if isinstance(m, Step) for o in m.outputs]
+    # The KV of the prompt and of every output but the last is computed: 12 tokens, 3 pages.
+    assert mirror == set(chain_hashes(0, (prompt + outputs)[:12], 4))
+    client.close()  # (the worker's DEALER would share its frames among both connections)
+    second = Client(client.address)
+    try:
+        second.send([Hello()])
+        ready, snapshot = _frames_until(second, lambda m: isinstance(m, Ready))[-1]
+        assert isinstance(snapshot, CacheEvents) and set(snapshot.stored) == mirror
+    finally:
+        second.close()

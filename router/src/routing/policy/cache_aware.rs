@@ -1,18 +1,19 @@
 //! Cache-aware routing (after sgl-router's `cache_aware`): send a prompt to the worker whose
-//! KV cache most likely already holds its prefix, unless that would pile work on one worker.
+//! KV cache already holds most of its prefix, unless that would pile work on one worker.
 //!
 //! - Balance first: when the busiest ready worker has more than `BALANCE_ABS` requests in
 //!   flight beyond the idlest and more than `BALANCE_REL` times as many, the idlest worker
 //!   gets the request (a hot prefix must not starve the others).
-//! - Otherwise, if some worker shares at least `CACHE_THRESHOLD` of the prompt (by the
-//!   prefix index), the one sharing most gets it (ties: fewer in flight).
-//! - Otherwise the worker holding the fewest tokens in the index gets it, spreading new
-//!   prefixes over the caches.
+//! - Otherwise, if some worker holds at least `CACHE_THRESHOLD` of the prompt, the one
+//!   holding most gets it (ties: fewer in flight).
+//! - Otherwise the worker holding the fewest tokens gets it, spreading new prefixes over
+//!   the caches.
 //!
-//! The chosen worker is then recorded in the index for this prompt, and its share of the
-//! index is capped at its KV capacity (LRU, evicting down to 90%), since its own cache can
-//! hold no more. A worker that has said `ready` again since (restarted, or reconnected)
-//! starts with an empty cache: its share of the index is dropped.
+//! "Holds" is read from the prefix index (routing/index.rs): what the worker's cache holds
+//! by its own cache events, exactly, plus the prompts in flight there, whose KV will be
+//! cached by the time this one is admitted behind them (so that a burst of requests sharing
+//! a new prefix lands on one worker before any of it is computed). A restarted worker
+//! holds nothing: its index is emptied at its `ready`.
 //!
 //! The thresholds, against SGLang's gateway (sgl-project/sglang, sgl-router): its
 //! `CacheAwareConfig::default()` (src/policies/mod.rs) has cache 0.5, balance 32 absolute,
@@ -22,11 +23,8 @@
 //! running requests, so a hot prefix spills over before its worker queues), and 1.5 (the
 //! launcher's: 1.1 would break affinity at every small imbalance between two workers).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use super::Policy;
-use crate::routing::radix::PrefixIndex;
+use crate::routing::index::PrefixMatch;
 use crate::worker::WorkerClient;
 
 const CACHE_THRESHOLD: f64 = 0.5;
@@ -34,72 +32,40 @@ const BALANCE_ABS: usize = 32;
 const BALANCE_REL: f64 = 1.5;
 
 #[derive(Default)]
-pub struct CacheAware {
-    index: Mutex<PrefixIndex>,
-    /// Per worker, its `readies` when the index last recorded a prompt for it.
-    readies: Mutex<HashMap<usize, u64>>,
-}
+pub struct CacheAware;
 
 /// What the policy looks at for one ready worker.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate {
     pub index: usize,
     pub in_flight: usize,
-    pub capacity: usize,
-    /// How many times it has said `ready` (more than once: it restarted, its cache empty).
-    pub readies: u64,
+    /// How much of the prompt it holds, and how much it holds in all.
+    pub matched: PrefixMatch,
 }
 
 impl CacheAware {
     pub fn new() -> Self {
-        Self {
-            index: Mutex::new(PrefixIndex::new()),
-            readies: Mutex::new(HashMap::new()),
-        }
+        Self
     }
 
-    pub(crate) fn choose(&self, candidates: &[Candidate], ids: &[u32]) -> Option<usize> {
-        let mut index = self.index.lock().unwrap();
-        let mut readies = self.readies.lock().unwrap();
-        for c in candidates {
-            if readies
-                .insert(c.index, c.readies)
-                .is_some_and(|r| r != c.readies)
-            {
-                index.evict(c.index, 0);
-            }
-        }
-        drop(readies);
-        let chosen = Self::decide(&index, candidates, ids)?;
-        index.insert(ids, chosen.index);
-        if index.tokens_of(chosen.index) > chosen.capacity {
-            // Down to 90%, so that the eviction scan runs once per many requests.
-            index.evict(chosen.index, chosen.capacity / 10 * 9);
-        }
-        Some(chosen.index)
-    }
-
-    fn decide(index: &PrefixIndex, candidates: &[Candidate], ids: &[u32]) -> Option<Candidate> {
+    pub(crate) fn decide(candidates: &[Candidate], prompt_len: usize) -> Option<usize> {
         let idlest = *candidates.iter().min_by_key(|c| c.in_flight)?;
         let busiest = candidates.iter().map(|c| c.in_flight).max().unwrap_or(0);
         let imbalanced = busiest - idlest.in_flight > BALANCE_ABS
             && busiest as f64 > BALANCE_REL * idlest.in_flight as f64;
-        if imbalanced || ids.is_empty() {
-            return Some(idlest);
+        if imbalanced || prompt_len == 0 {
+            return Some(idlest.index);
         }
-        let matched = index.match_prefix(ids);
-        let shared = |c: &Candidate| matched.get(&c.index).copied().unwrap_or(0);
         let best = candidates
             .iter()
-            .max_by_key(|c| (shared(c), std::cmp::Reverse(c.in_flight)))
-            .copied()?;
-        if shared(&best) as f64 >= CACHE_THRESHOLD * ids.len() as f64 {
-            return Some(best);
+            .max_by_key(|c| (c.matched.expected, std::cmp::Reverse(c.in_flight)))?;
+        if best.matched.expected as f64 >= CACHE_THRESHOLD * prompt_len as f64 {
+            return Some(best.index);
         }
         candidates
             .iter()
-            .min_by_key(|c| (index.tokens_of(c.index), c.in_flight))
-            .copied()
+            .min_by_key(|c| (c.matched.held, c.in_flight))
+            .map(|c| c.index)
     }
 }
 
@@ -109,17 +75,14 @@ impl Policy for CacheAware {
             .iter()
             .enumerate()
             .filter_map(|(index, w)| {
-                let ready = w.ready_info()?;
-                let capacity = (ready.kv_capacity as usize).max(1);
                 Some(Candidate {
                     index,
                     in_flight: w.in_flight(),
-                    capacity,
-                    readies: w.readies(),
+                    matched: w.prefix_match(input_ids)?,
                 })
             })
             .collect();
-        self.choose(&candidates, input_ids)
+        Self::decide(&candidates, input_ids.len())
     }
 }
 
@@ -127,86 +90,56 @@ impl Policy for CacheAware {
 mod tests {
     use super::*;
 
-    const CAPACITY: usize = 1 << 20;
-
-    fn workers(in_flight: &[usize]) -> Vec<Candidate> {
-        in_flight
+    /// Workers with (requests in flight, prompt tokens held, tokens held in all).
+    fn workers(state: &[(usize, usize, usize)]) -> Vec<Candidate> {
+        state
             .iter()
             .enumerate()
-            .map(|(index, &in_flight)| Candidate {
+            .map(|(index, &(in_flight, expected, held))| Candidate {
                 index,
                 in_flight,
-                capacity: CAPACITY,
-                readies: 1,
+                matched: PrefixMatch {
+                    cached: expected,
+                    expected,
+                    held,
+                },
             })
             .collect()
     }
 
     #[test]
-    fn a_worker_that_said_ready_again_has_forgotten_its_prefixes() {
-        let policy = CacheAware::new();
-        let idle = workers(&[0, 0]);
-        let a = policy.choose(&idle, &[1, 2, 3, 4]).unwrap();
-        policy.choose(&idle, &[9, 8, 7, 6]).unwrap();
-        assert_eq!(policy.choose(&idle, &[1, 2, 3, 5]), Some(a));
-        let mut restarted = idle.clone();
-        restarted[a].readies = 2;
-        policy.choose(&restarted, &[5, 5, 5, 5]);
-        let index = policy.index.lock().unwrap();
-        // `a` kept only the prompt just routed to it (if any); the other's share is intact.
-        assert!(index.tokens_of(a) <= 4, "{}", index.tokens_of(a));
-        assert_eq!(index.match_prefix(&[1, 2, 3, 5]).get(&a), None);
-        assert_eq!(index.tokens_of(1 - a), 4);
+    fn the_worker_holding_most_of_the_prompt_gets_it() {
+        let w = workers(&[(3, 64, 1000), (0, 96, 5000), (0, 0, 0)]);
+        assert_eq!(CacheAware::decide(&w, 100), Some(1));
+        // A tie goes to the one with fewer in flight.
+        let w = workers(&[(3, 96, 1000), (1, 96, 5000)]);
+        assert_eq!(CacheAware::decide(&w, 100), Some(1));
     }
 
     #[test]
-    fn new_prefixes_spread_then_stick_to_their_worker() {
-        let policy = CacheAware::new();
-        let idle = workers(&[0, 0]);
-        let a = policy.choose(&idle, &[1, 2, 3, 4]).unwrap();
-        let b = policy.choose(&idle, &[9, 8, 7, 6]).unwrap();
-        assert_ne!(a, b, "the second prefix goes to the emptier cache");
-        // Same system prompt, different question: still the worker that has the prefix.
-        assert_eq!(policy.choose(&idle, &[1, 2, 3, 5]), Some(a));
-        assert_eq!(policy.choose(&idle, &[9, 8, 7, 0]), Some(b));
+    fn a_new_prefix_goes_to_the_emptier_cache() {
+        // Holding 40 of 100 tokens is below the threshold.
+        let w = workers(&[(0, 40, 5000), (2, 0, 1000)]);
+        assert_eq!(CacheAware::decide(&w, 100), Some(1));
+        let w = workers(&[(1, 0, 0), (0, 0, 0)]);
+        assert_eq!(CacheAware::decide(&w, 100), Some(1), "then fewer in flight");
     }
 
     #[test]
     fn imbalance_overrides_cache_affinity() {
-        let policy = CacheAware::new();
-        let first = policy.choose(&workers(&[0, 0]), &[1, 2, 3, 4]).unwrap();
-        let mut loads = [0, 0];
-        loads[first] = 100;
-        let other = 1 - first;
-        assert_eq!(policy.choose(&workers(&loads), &[1, 2, 3, 4]), Some(other));
-    }
-
-    #[test]
-    fn a_short_shared_prefix_is_not_enough() {
-        let policy = CacheAware::new();
-        let idle = workers(&[0, 0]);
-        let a = policy.choose(&idle, &[1, 2, 3, 4]).unwrap();
-        // Shares 1 of 4 tokens with `a`'s prompt: below the threshold, the emptier worker wins.
-        assert_ne!(policy.choose(&idle, &[1, 7, 7, 7]), Some(a));
-    }
-
-    #[test]
-    fn a_workers_share_of_the_index_is_capped_at_its_capacity() {
-        let policy = CacheAware::new();
-        let small = [Candidate {
-            index: 0,
-            in_flight: 0,
-            capacity: 100,
-            readies: 1,
-        }];
-        for i in 0..50u32 {
-            policy.choose(&small, &[i, i + 1, i + 2, i + 3]);
-        }
-        assert!(policy.index.lock().unwrap().tokens_of(0) <= 100);
+        let w = workers(&[(100, 100, 100), (10, 0, 0)]);
+        assert_eq!(CacheAware::decide(&w, 100), Some(1));
+        // 20 more than the idlest is within BALANCE_ABS: affinity stands.
+        let w = workers(&[(60, 100, 100), (40, 0, 0)]);
+        assert_eq!(
+            CacheAware::decide(&w, 100),
+            Some(0),
+            "not imbalanced enough"
+        );
     }
 
     #[test]
     fn no_candidates_no_pick() {
-        assert_eq!(CacheAware::new().choose(&[], &[1]), None);
+        assert_eq!(CacheAware::decide(&[], 1), None);
     }
 }
