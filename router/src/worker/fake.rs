@@ -4,6 +4,7 @@
 //! running request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at
 //! the limit. Its cache (page size 1) keeps every finished prompt, reported before the last
 //! token.
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
