@@ -110,7 +110,7 @@ fn main() {
         let client = WorkerClient::connect(&address);
         let ready = wait_ready(&client, Duration::from_secs(10)).await.unwrap();
         let state = AppState::new(Shared {
-            model_name: files.name,
+            model_names: vec![files.name],
             tokenizer: files.tokenizer,
             template: files.template,
             workers: vec![client],

@@ -17,9 +17,13 @@ pub struct Config {
     /// weights); without it the embedded default model is served.
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
-    /// The name clients pass as `model` (default: the model folder's name).
-    #[arg(long)]
-    pub served_model_name: Option<String>,
+    /// A name clients pass as `model` (repeatable); default: the model folder's name and
+    /// the --model argument as given.
+    #[arg(long, value_name = "NAME")]
+    pub served_model_name: Vec<String>,
+    /// `--model` was filled in with the embedded default model's folder (not a flag).
+    #[arg(skip)]
+    pub default_model: bool,
     /// Address to listen on; anything but loopback wants --api-key (a warning says so).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

@@ -47,7 +47,10 @@ fn main(py: Python<'_>, argv: Vec<String>, python: String, default_model: Py<PyA
             .call0()
             .and_then(|path| path.str().map(|s| s.to_string()))
         {
-            Ok(path) => config.model = Some(path.into()),
+            Ok(path) => {
+                config.model = Some(path.into());
+                config.default_model = true;
+            }
             Err(e) => {
                 eprintln!("minisgl-router: error: cannot prepare the default model: {e}");
                 return 1;

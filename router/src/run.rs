@@ -99,7 +99,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         tracing::warn!("{warning}");
     }
     let model_dir = config.model.clone().ok_or("no --model given")?;
-    let files = load_model_files(&model_dir, config.served_model_name.as_deref())?;
+    let files = load_model_files(&model_dir, None)?;
     let address = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&address)
         .await
@@ -170,7 +170,7 @@ async fn serve_http(
     config: &Config,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
-        model_name: files.name,
+        model_names: crate::api::models::served_names(config, &files.name),
         tokenizer: files.tokenizer,
         template: files.template,
         workers: workers.clone(),
@@ -198,7 +198,7 @@ async fn serve_http(
     let result = match ready {
         Ok(max_context) => {
             state.set_max_context(max_context);
-            tracing::info!(model = %state.model_name, max_context, "ready on http://{address}");
+            tracing::info!(model = %state.model_name(), max_context, "ready on http://{address}");
             let url = local_url(address);
             let served = serve_until_stopped(config.shell, &url, config.api_key.clone()).await;
             tracing::info!("shutting down");

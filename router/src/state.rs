@@ -21,7 +21,8 @@ pub struct AppState {
 }
 
 pub struct Shared {
-    pub model_name: String,
+    /// The names clients may pass as `model` (see `api::models`); never empty.
+    pub model_names: Vec<String>,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
     pub workers: Vec<WorkerClient>,
@@ -63,13 +64,19 @@ impl AppState {
     }
 
     pub fn check_model(&self, model: &str) -> Result<(), ApiError> {
-        if model == self.model_name {
+        if self.model_names.iter().any(|n| n == model) {
             return Ok(());
         }
+        let names: Vec<String> = self.model_names.iter().map(|n| format!("`{n}`")).collect();
         Err(ApiError::ModelNotFound(format!(
-            "The model `{model}` does not exist; this server serves `{}`",
-            self.model_name
+            "The model `{model}` does not exist; this server serves {}",
+            names.join(", ")
         )))
+    }
+
+    /// The first of the served names (what the page and the shell show).
+    pub fn model_name(&self) -> &str {
+        &self.model_names[0]
     }
 
     pub fn pick_worker(&self, input_ids: &[u32]) -> Result<&WorkerClient, ApiError> {

@@ -37,7 +37,7 @@ pub fn prompt(state: &AppState, messages: &[ChatMessage]) -> Result<PromptInput,
     let template = state.template.as_ref().ok_or_else(|| {
         ApiError::bad_request(format!(
             "the model `{}` has no chat template; use /v1/completions",
-            state.model_name
+            state.model_name()
         ))
     })?;
     if messages.is_empty() {

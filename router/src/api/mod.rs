@@ -10,6 +10,7 @@ pub mod chat;
 pub mod completions;
 pub mod generate;
 pub mod limits;
+pub mod models;
 pub mod native;
 pub mod openai;
 pub mod page;

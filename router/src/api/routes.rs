@@ -13,6 +13,7 @@ use crate::api::auth::require_key;
 use crate::api::chat::{self, ChatFormat};
 use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
+use crate::api::models;
 use crate::api::native;
 use crate::api::openai::{parse, parse_body, ChatRequest, CompletionRequest};
 use crate::api::page;
@@ -32,7 +33,7 @@ pub fn app(state: AppState) -> Router {
     };
     page.route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
+        .route("/v1/models", get(models::list))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/generate", post(generate_native))
@@ -89,7 +90,7 @@ async fn chat_completions(
     let generations =
         generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;
     let format = ChatFormat {
-        head: Head::new("chatcmpl", &state.model_name),
+        head: Head::new("chatcmpl", &req.model),
         tokenizer: state.tokenizer.clone(),
         logprobs: endpoint.logprobs,
     };
@@ -111,7 +112,7 @@ async fn completions(
     let echo = req.echo.unwrap_or(false);
     let prompts = completions::prompts(req.prompt, &state.limits)?;
     let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;
-    let head = Head::new("cmpl", &state.model_name);
+    let head = Head::new("cmpl", &req.model);
     let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, echoes);
     respond(choices, format, params.stream, params.include_usage).await
 }
@@ -142,19 +143,6 @@ async fn metrics(State(state): State<AppState>) -> Response {
     let text = state.metrics.render(&state.workers, &state.admission);
     let content_type = "text/plain; version=0.0.4; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
-}
-
-async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.model_name,
-            "object": "model",
-            "created": state.started,
-            "owned_by": "minisgl",
-            "max_model_len": state.max_context().ok(),
-        }],
-    }))
 }
 
 /// 200 when every worker is ready, else 503; the body lists each worker's state (connecting,

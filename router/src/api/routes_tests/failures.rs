@@ -213,7 +213,7 @@ async fn chat_without_a_template_is_a_400() {
     let mut shared_state = s.state.clone();
     // Same workers and tokenizer, no template.
     shared_state = AppState::new(Shared {
-        model_name: "tiny".into(),
+        model_names: vec!["tiny".into()],
         tokenizer: shared_state.tokenizer.clone(),
         template: None,
         workers: shared_state.workers.clone(),

@@ -183,3 +183,40 @@ async fn completion_stream_has_text_chunks_only() {
     assert_eq!(streamed, s.state.tokenizer.decode(&reply[..4]));
     assert_eq!(s.fake.log.lock().unwrap().generated[0].1, [5, 6]);
 }
+
+#[tokio::test]
+async fn every_served_name_is_accepted_and_a_404_lists_them() {
+    let s = Setup::with(Options {
+        model_names: &["tiny", "/models/tiny"],
+        ..Options::default()
+    })
+    .await;
+    let (_, body) = send_json(
+        s.app(),
+        Request::get("/v1/models").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["tiny", "/models/tiny"]);
+    for name in ids {
+        let req = post(
+            "/v1/completions",
+            json!({"model": name, "prompt": "Capital?", "max_tokens": 2}),
+        );
+        let (status, body) = send_json(s.app(), req).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["model"], name, "the name the client used is echoed");
+    }
+    let (status, body) = send_json(s.app(), chat(json!({"model": "gpt-4"}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        body["error"]["message"],
+        "The model `gpt-4` does not exist; this server serves `tiny`, `/models/tiny`"
+    );
+    assert_eq!(body["error"]["code"], "model_not_found");
+}

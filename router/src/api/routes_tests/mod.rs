@@ -49,6 +49,8 @@ struct Options {
     web_ui: bool,
     api_key: Option<&'static str>,
     limits: Limits,
+    /// The served model names (`model` must be one of them).
+    model_names: &'static [&'static str],
 }
 
 impl Default for Options {
@@ -61,6 +63,7 @@ impl Default for Options {
             web_ui: true,
             api_key: None,
             limits: Limits::default(),
+            model_names: &["tiny"],
         }
     }
 }
@@ -108,7 +111,7 @@ impl Setup {
         let client = WorkerClient::connect(&fake.address);
         wait_ready(&client, Duration::from_secs(10)).await.unwrap();
         let state = AppState::new(Shared {
-            model_name: files.name,
+            model_names: o.model_names.iter().map(|n| n.to_string()).collect(),
             tokenizer: files.tokenizer,
             template: files.template,
             workers: vec![client],
