@@ -9,7 +9,9 @@ requests never share a prefix) and sent at once, `concurrency` in flight, to
 holds `fit` prefixes (the whole set needs `groups`): round_robin makes each worker hold
 every prefix and thrash, cache_aware keeps each prefix on one worker. `single` is one
 worker with 2K tokens, the hit rate to match. Reported per run: wall time, requests/s,
-prompt and output tokens/s, the cached share of the prompt tokens (usage.cached_tokens).
+prompt and output tokens/s, the cached share of the prompt tokens (usage.cached_tokens,
+the workers' report), the share the router's prefix index predicted when it sent each
+request, and the requests where the two differed (/metrics, minisgl_prefix_index_*).
 
     H200:  python benches/routing.py --model DIR --load-format dummy   (random weights in
            DIR's shape, e.g. a folder from benches/online/random_model.py)
@@ -150,10 +152,12 @@ def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: 
             return r.json()["usage"]
 
         send(prompts[0][: args.suffix_len])  # warm-up, shares no prefix
+        before = index_totals(url)
         start = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
             usages = list(pool.map(send, prompts))
         wall = time.perf_counter() - start
+        index = {k: v - before[k] for k, v in index_totals(url).items()}
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
@@ -169,22 +173,41 @@ def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: 
         "prompt_tok_per_s": round(prompt / wall),
         "output_tok_per_s": round(output / wall),
         "hit_rate": round(cached / prompt, 3),
+        # What the router's index predicted when it sent each request, and for how many
+        # requests that differed from the worker's report (requests overlapping on a
+        # worker: one sent while the prefix it will reuse is still being computed).
+        "index_hit_rate": round(index["predicted_tokens"] / prompt, 3),
+        "index_mismatches": int(index["mismatches"]),
     }
+
+
+def index_totals(url: str) -> dict[str, float]:
+    """The prefix index's counters from /metrics, summed over the workers."""
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    totals = {}
+    for name in ("requests", "predicted_tokens", "reported_tokens", "mismatches"):
+        series = f"minisgl_prefix_index_{name}_total{{"
+        totals[name] = sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith(series)
+        )
+    return totals
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         (
             "| run | workers | KV tokens each | wall s | req/s | prompt tok/s | output tok/s "
-            "| hit rate |"
+            "| hit rate | index hit rate | index mismatches |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['workers']} | {r['kv_tokens_per_worker']} | "
             f"{r['wall_s']} | {r['req_per_s']} | {r['prompt_tok_per_s']} | "
-            f"{r['output_tok_per_s']} | {r['hit_rate']:.1%} |"
+            f"{r['output_tok_per_s']} | {r['hit_rate']:.1%} | {r['index_hit_rate']:.1%} | "
+            f"{r['index_mismatches']} |"
         )
     by = {r["run"]: r for r in rows}
     if "cache_aware" in by and "round_robin" in by:
