@@ -298,11 +298,13 @@ impl Inner {
             ));
             return;
         }
+        // Its cache is reported afresh right after every `ready` (empty after a restart).
+        // Cleared outside the state's lock: `submit` holds the registry's while it reads
+        // the state, and `prefix_match` the cache's while it takes the registry's.
+        self.cache.lock().unwrap().clear();
         self.state.send_if_modified(|s| {
             let connecting = matches!(s, WorkerState::Connecting | WorkerState::Down(_));
             if connecting {
-                // Its cache is reported afresh right after `ready` (empty after a restart).
-                self.cache.lock().unwrap().clear();
                 self.was_ready.store(true, Ordering::Relaxed);
                 self.readies.fetch_add(1, Ordering::Relaxed);
                 *s = WorkerState::Ready(ready);
