@@ -7,13 +7,16 @@ reports each step's cache changes before its tokens, so when a request ends the 
 what its end stored, and nothing changes in the worker's cache before the next request is
 admitted (routing/index.rs says which overlaps can legitimately differ)."""
 
+import os
 import random
+import signal
 import time
 
 import pytest
 import requests
 
 from tests.e2e.conftest import Server, metric, start_router, stop_router
+from tests.e2e.test_supervision import restarts, wait_until, worker_pid
 
 KV_TOKENS = 384  # 24 pages of 16: a request takes 9, the cache holds about two prefixes
 PREFIX, SUFFIX = 128, 8
@@ -75,3 +78,22 @@ def test_predicted_cached_tokens_equal_the_workers_through_evictions(small_kv: S
         assert time.monotonic() < deadline, (index_tokens, worker_cached_tokens(small_kv))
         time.sleep(0.2)
     assert index_tokens > 0
+
+
+def test_a_restarted_worker_starts_empty_in_the_index(small_kv: Server) -> None:
+    """kill -9 of the worker: its cache is gone, and so is its share of the index; the
+    predictions stay exact after its restart."""
+    prompt = list(range(200, 200 + 2 * PREFIX + SUFFIX))  # the last page is partial
+    complete(small_kv, prompt)
+    assert index_metrics(small_kv)["index_tokens"] > 0
+    os.kill(worker_pid(small_kv, 0), signal.SIGKILL)
+    wait_until(lambda: restarts(small_kv) == [1], 120, small_kv)
+    wait_until(lambda: requests.get(f"{small_kv.base_url}/health", timeout=10).ok, 120,
+               small_kv)
+    before = index_metrics(small_kv)
+    assert before["index_tokens"] == 0
+    assert complete(small_kv, prompt) == 0  # computed again, as predicted
+    assert complete(small_kv, prompt) == 2 * PREFIX
+    after = index_metrics(small_kv)
+    assert after["predicted_tokens"] - before["predicted_tokens"] == 2 * PREFIX
+    assert after["mismatches"] == before["mismatches"]
