@@ -1,6 +1,7 @@
 """The router's prefix index against the worker's truth: for every request of a workload
 whose prefixes outgrow the worker's KV (and get evicted), the cached tokens the index
-predicted when it sent the request equal the `cached_tokens` the worker reported, exactly.
+predicted when it sent the request equal the `cached_tokens` the worker reported, exactly;
+and a worker killed and restarted starts empty in the index.
 
 The prediction is taken when the request is sent. The requests go one at a time: the worker
 reports each step's cache changes before its tokens, so when a request ends the index holds
