@@ -4,7 +4,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -97,8 +98,34 @@ impl ApiError {
             Self::Timeout(_) => ("timeout", Some("request_timeout"), None),
             Self::Internal(_) => ("server_error", None, None),
         };
-        json!({"error": {"message": self.message(), "type": kind, "param": param, "code": code}})
+        let body = ErrorBody {
+            error: ErrorObject {
+                message: self.message().to_string(),
+                kind,
+                param,
+                code,
+            },
+        };
+        serde_json::to_value(body).expect("an error body always serializes")
     }
+}
+
+/// Every error response's body (and a stream's error event).
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    error: ErrorObject,
+}
+
+#[derive(Serialize, ToSchema)]
+struct ErrorObject {
+    message: String,
+    /// `invalid_request_error`, `rate_limit_exceeded`, `timeout` or `server_error`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// The request field at fault, when there is one.
+    param: Option<String>,
+    /// A machine-readable code (`invalid_api_key`, `model_not_found`, ...).
+    code: Option<&'static str>,
 }
 
 impl std::fmt::Display for ApiError {

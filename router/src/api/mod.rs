@@ -13,6 +13,7 @@ pub mod limits;
 pub mod models;
 pub mod native;
 pub mod openai;
+pub mod openapi;
 pub mod page;
 pub mod params;
 pub mod respond;

@@ -4,6 +4,7 @@
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
 
 use crate::api::chat;
 use crate::api::generate::{self, Generation, Piece, PromptInput};
@@ -14,7 +15,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::worker::protocol::Finish;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
     pub model: Option<String>,
@@ -23,7 +24,7 @@ pub struct TokenizeRequest {
     pub add_special_tokens: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DetokenizeRequest {
     pub model: Option<String>,
@@ -77,12 +78,15 @@ fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
     model.map_or(Ok(()), |m| state.check_model(m))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateRequest {
     pub text: Option<String>,
     pub input_ids: Option<Vec<u32>>,
+    /// SGLang's names: `max_new_tokens`, `min_new_tokens`, and the sampling fields of
+    /// /v1/completions (`temperature`, `top_p`, `stop`, ...).
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub sampling_params: Map<String, Value>,
     pub stream: Option<bool>,
 }

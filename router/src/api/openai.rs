@@ -7,11 +7,12 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 
 /// The fields shared by both endpoints (sampling, stopping, streaming).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommonParams {
     pub max_tokens: Option<i64>,
@@ -36,14 +37,14 @@ pub struct CommonParams {
     pub user: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
@@ -54,7 +55,7 @@ pub trait Endpoint: DeserializeOwned {
     const FIELDS: &'static [&'static str];
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatRequest {
     pub model: String,
@@ -74,7 +75,7 @@ impl Endpoint for ChatRequest {
     ];
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessage {
     pub role: String,
@@ -83,21 +84,21 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
     pub model: String,
@@ -111,7 +112,10 @@ impl Endpoint for CompletionRequest {
     const FIELDS: &'static [&'static str] = &["model", "prompt", "logprobs", "echo"];
 }
 
-#[derive(Debug)]
+/// A string, a list of strings, a list of token ids, or a list of token-id lists.
+// `serde(untagged)` only shapes the OpenAPI schema: the deserializer below is by hand.
+#[derive(Debug, ToSchema)]
+#[serde(untagged)]
 pub enum Prompt {
     Text(String),
     Texts(Vec<String>),
@@ -205,7 +209,7 @@ fn unknown_field(message: &str) -> Option<String> {
     Some(rest.split('`').next()?.to_string())
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -213,7 +217,7 @@ pub struct Usage {
     pub prompt_tokens_details: PromptTokensDetails,
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, ToSchema)]
 pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }

@@ -16,6 +16,7 @@ use crate::api::generate;
 use crate::api::models;
 use crate::api::native;
 use crate::api::openai::{parse, parse_body, ChatRequest, CompletionRequest};
+use crate::api::openapi;
 use crate::api::page;
 use crate::api::params::validate;
 use crate::api::respond::{respond, Choices, Head};
@@ -39,6 +40,7 @@ pub fn app(state: AppState) -> Router {
         .route("/generate", post(generate_native))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -51,7 +53,7 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// The routes counted by name in `minisgl_requests_total`; anything else is "other".
-const ROUTES: [&str; 9] = [
+const ROUTES: [&str; 10] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/models",
@@ -60,6 +62,7 @@ const ROUTES: [&str; 9] = [
     "/generate",
     "/health",
     "/metrics",
+    "/openapi.json",
     "/",
 ];
 

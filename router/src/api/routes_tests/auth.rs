@@ -19,6 +19,7 @@ fn every_route() -> Vec<Request<Body>> {
         post("/detokenize", json!({"tokens": [5]})),
         post("/generate", json!({"text": "Capital?"})),
         get("/metrics"),
+        get("/openapi.json"),
     ]
 }
 
