@@ -5,12 +5,25 @@ rank is started by hand with --node-rank and spawns that host's others)."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
 import sys
+import threading
+import time
 
 from .distributed.ranks import LocalRanks, free_addr
 from .kvcache import CACHE_KINDS
 from .rank import run_rank
 from .scheduler.budget import POLICIES
+
+logger = logging.getLogger("minisgl_worker")
+
+# The serving loop notices a lost router within a second and shuts the TP group down in order
+# (scheduler/loop.py); the watchdog below acts only if the process is still here this long
+# after: it was loading the model, capturing CUDA graphs, or stuck.
+ORPHAN_GRACE_S = 5.0
+PARENT_POLL_S = 0.5
 
 
 def _positive(text: str) -> int:
@@ -143,8 +156,25 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                 "of a host takes its GPU r: choose them with CUDA_VISIBLE_DEVICES)")
 
 
+def _exit_when_orphaned(parent_pid: int) -> None:
+    """From a daemon thread: once `parent_pid` is no longer our parent (the router was killed
+    outright and could not send Shutdown) and the loop has not ended the process within
+    ORPHAN_GRACE_S, SIGTERM ourselves: the main thread unwinds through its `finally`s (the
+    socket file is removed, the other ranks stopped) instead of holding the GPU forever."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        time.sleep(ORPHAN_GRACE_S)
+        logger.error("the router (pid %d) is gone: exiting before serving", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.parent_pid is not None:
+        _exit_when_orphaned(args.parent_pid)
     if args.tp == 1:
         run_rank(args, None, 0)
         return 0

@@ -114,6 +114,10 @@ pub struct Config {
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,
+    /// After SIGTERM or Ctrl-C: seconds the requests in flight get to finish (new ones get
+    /// 503 meanwhile) before they are aborted and the workers stopped.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub shutdown_timeout: u64,
     /// Chat in this terminal once the server is ready (over its HTTP API); quitting the
     /// shell (/exit, Ctrl-D) shuts the server down.
     #[arg(long)]
@@ -252,6 +256,10 @@ impl Config {
              who can reach it can use the API",
             self.host
         ))
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout)
     }
 
     pub fn check(&self) -> Result<(), String> {

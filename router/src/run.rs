@@ -18,8 +18,10 @@ use crate::text::tokenizer::Tokenizer;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
 
-/// How long open streams get to finish after a shutdown signal.
+/// How long open connections get to close once no request is in flight any more.
 const DRAIN: Duration = Duration::from_secs(5);
+/// How often the shutdown looks whether the requests in flight have finished.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
 
 /// Runs the server to the end; the exit code (0 after a clean shutdown, 1 on startup failure).
 pub fn run(config: Config, python: String) -> i32 {
@@ -192,17 +194,21 @@ async fn serve_http(
     });
     let server = tokio::spawn(server.into_future());
     let ready = tokio::select! {
-        ready = wait_all_ready(&workers, config.ready_timeout()) => ready,
-        _ = shutdown_signal(true) => Err("interrupted while the workers were starting".into()),
+        ready = wait_all_ready(&workers, config.ready_timeout()) => ready.map(Some),
+        _ = shutdown_signal(true) => Ok(None),
     };
     let result = match ready {
-        Ok(max_context) => {
+        Ok(Some(max_context)) => {
             state.set_max_context(max_context);
             tracing::info!(model = %state.model_name(), max_context, "ready on http://{address}");
             let url = local_url(address);
             let served = serve_until_stopped(config.shell, &url, config.api_key.clone()).await;
-            tracing::info!("shutting down");
+            drain(&state, config.shutdown_timeout()).await;
             served
+        }
+        Ok(None) => {
+            tracing::info!("shutting down while the workers were starting");
+            Ok(())
         }
         Err(e) => Err(e),
     };
@@ -214,6 +220,40 @@ async fn serve_http(
         );
     }
     result
+}
+
+/// Stops admitting (new requests get 503), gives the requests in flight up to `timeout` to
+/// finish (a second signal cuts that short), then aborts the rest in their workers (their
+/// clients get a 503 error).
+async fn drain(state: &AppState, timeout: Duration) {
+    state.admission.close();
+    let in_flight = state.admission.in_flight();
+    if in_flight == 0 {
+        tracing::info!("shutting down");
+        return;
+    }
+    tracing::info!(
+        "shutting down: waiting up to {} s for {in_flight} request(s) in flight \
+         (--shutdown-timeout); new requests get 503",
+        timeout.as_secs()
+    );
+    let finished = async {
+        while state.admission.in_flight() > 0 {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(timeout, finished) => {}
+        _ = shutdown_signal(true) => tracing::info!("a second signal: aborting them now"),
+    }
+    let reason = "the server shut down before this request finished (--shutdown-timeout)";
+    let aborted: usize = state.workers.iter().map(|w| w.abort_all(reason)).sum();
+    if aborted > 0 {
+        tracing::warn!(
+            "aborted {aborted} request(s) still in flight after {} s",
+            timeout.as_secs()
+        );
+    }
 }
 
 /// Until SIGTERM or Ctrl-C; with `--shell`, until the shell ends or SIGTERM (Ctrl-C is the

@@ -115,6 +115,11 @@ impl AppState {
     pub fn all_ready(&self) -> bool {
         !self.workers.is_empty() && self.workers.iter().all(WorkerClient::is_ready)
     }
+
+    /// Every worker ready and the server not shutting down: what /health reports as ok.
+    pub fn serving(&self) -> bool {
+        self.all_ready() && !self.admission.is_closed()
+    }
 }
 
 impl std::ops::Deref for AppState {

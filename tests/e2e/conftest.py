@@ -103,6 +103,12 @@ def alive(pid: int) -> bool:
 
 
 def start_router(tmp: Path, *args: str) -> Server:
+    """A router that answers /health with 200 (its workers are ready)."""
+    return wait_healthy(launch_router(tmp, *args))
+
+
+def launch_router(tmp: Path, *args: str) -> Server:
+    """A router process, just started (its workers are not ready yet)."""
     port = free_port()
     exe = Path(sys.executable).parent / "minisgl-router"
     log_path = tmp / f"router-{port}.log"
@@ -113,7 +119,11 @@ def start_router(tmp: Path, *args: str) -> Server:
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    server = Server(f"http://127.0.0.1:{port}", proc, log_path)
+    return Server(f"http://127.0.0.1:{port}", proc, log_path)
+
+
+def wait_healthy(server: Server) -> Server:
+    proc = server.proc
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -8,9 +8,12 @@
 //! `Drop`, when the request finishes, fails, is aborted, its client disconnects or its
 //! worker dies.
 //!
+//! On shutdown admission closes: new requests, and those still waiting, get 503 while the
+//! ones in flight finish.
+//!
 //! [`RequestStream`]: crate::worker::RequestStream
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +26,8 @@ pub struct Admission {
     count: Arc<Count>,
     limit: usize,
     wait: Duration,
+    /// The server is shutting down: no new request is admitted.
+    closed: AtomicBool,
 }
 
 /// Generations in flight, and a wake-up for the requests waiting for one to end.
@@ -48,6 +53,7 @@ impl Admission {
             count: Arc::default(),
             limit,
             wait,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -60,8 +66,20 @@ impl Admission {
         self.limit
     }
 
+    /// From now on every request gets 503 (the server is shutting down); those waiting for
+    /// a slot too.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.count.freed.notify_waiters();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Reserves `count` slots at once, waiting up to `--admission-wait` for them; or
-    /// refuses with 429 (400 when the request could never fit) naming the numbers.
+    /// refuses with 429 (400 when the request could never fit) naming the numbers, or 503
+    /// once closed.
     pub async fn admit(&self, count: usize) -> Result<Slots, ApiError> {
         if count > self.limit {
             return Err(ApiError::bad_request(format!(
@@ -76,6 +94,11 @@ impl Admission {
             let freed = self.count.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
+            if self.is_closed() {
+                return Err(ApiError::Unavailable(
+                    "the server is shutting down; no new requests are accepted".into(),
+                ));
+            }
             let now = match self.try_admit(count) {
                 Ok(slots) => return Ok(slots),
                 Err(now) => now,
@@ -217,5 +240,29 @@ mod tests {
             err.message(),
             "server overloaded: 1 requests in flight (limit 1) after waiting 0.1 s (--admission-wait); retry later"
         );
+    }
+
+    #[tokio::test]
+    async fn a_closed_admission_refuses_with_503_also_those_waiting() {
+        let a = Arc::new(Admission::new(1, Duration::from_secs(60)));
+        let held = a.admit(1).await.unwrap();
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit(1).await.err().unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a.close();
+        let err = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("a waiting request is refused at once")
+            .unwrap();
+        assert_eq!(err.status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            err.message(),
+            "the server is shutting down; no new requests are accepted"
+        );
+        assert_eq!(a.in_flight(), 1);
+        drop(held);
+        assert_eq!(a.in_flight(), 0);
     }
 }

@@ -164,7 +164,7 @@ async fn health(State(state): State<AppState>) -> Response {
                 "restarts": w.restarts(), "in_flight": w.in_flight(), "load": w.load()})
         })
         .collect();
-    let (code, status) = match state.all_ready() {
+    let (code, status) = match state.serving() {
         true => (StatusCode::OK, "ok"),
         false => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };

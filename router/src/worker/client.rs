@@ -227,6 +227,16 @@ impl WorkerClient {
         }
     }
 
+    /// Ends every request in flight with 503 and `reason` and tells the worker to free them
+    /// (the shutdown timeout ran out) -> how many there were.
+    pub fn abort_all(&self, reason: &str) -> usize {
+        let rids = self.inner.requests.fail_all(false, reason);
+        for &rid in &rids {
+            self.inner.send(RouterMsg::Abort { rid });
+        }
+        rids.len()
+    }
+
     pub fn shutdown(&self) {
         self.inner.stopping.store(true, Ordering::Relaxed);
         if !matches!(self.state(), WorkerState::Dead(_)) {

@@ -116,18 +116,22 @@ impl Registry {
         }
     }
 
-    /// Ends every request with 503 and `reason`; `close`: no new request may register.
-    pub(super) fn fail_all(&self, close: bool, reason: &str) {
+    /// Ends every request with 503 and `reason` -> their rids; `close`: no new request may
+    /// register.
+    pub(super) fn fail_all(&self, close: bool, reason: &str) -> Vec<u64> {
         let entries = {
             let mut requests = self.inner.lock().unwrap();
             requests.closed |= close;
             requests.routed.clear();
             std::mem::take(&mut requests.entries)
         };
-        for entry in entries.into_values() {
+        let mut rids = Vec::with_capacity(entries.len());
+        for (rid, entry) in entries {
             let error = ApiError::Unavailable(reason.to_string());
             let _ = entry.tx.send(Event::Failed(error));
+            rids.push(rid);
         }
+        rids
     }
 }
 
@@ -190,7 +194,7 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(Event::Token(o)) if o.finish.is_none()));
         assert!(matches!(rx.try_recv(), Ok(Event::Token(o)) if o.finish.is_some()));
         assert!(registry.register(3, entry(&tx, &[]), || true));
-        registry.fail_all(true, "gone");
+        assert_eq!(registry.fail_all(true, "gone"), [3]);
         assert!(
             matches!(rx.try_recv(), Ok(Event::Failed(ApiError::Unavailable(m))) if m == "gone")
         );
