@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod routing;
 pub mod run;
 pub mod shell;
+pub mod signals;
 pub mod state;
 pub mod text;
 pub mod worker;

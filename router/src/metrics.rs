@@ -14,8 +14,10 @@
 //! `minisgl_kv_cache_cached_tokens` (evictable cached prefixes), the KV capacity, the
 //! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`;
 //! its state `minisgl_worker_state{worker, state}` (1 for the current one) and
-//! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`; and how exact
-//! the prefix index is (routing/index.rs), per worker: the tokens it holds
+//! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`;
+//! `minisgl_client_disconnects_total{worker}` (generations aborted because their client
+//! went away); the router's own `minisgl_router_tasks` and `process_resident_memory_bytes`;
+//! and how exact the prefix index is (routing/index.rs), per worker: the tokens it holds
 //! (`minisgl_prefix_index_cached_tokens`), the requests compared, their predicted and
 //! reported cached tokens, and the requests where the two differed.
 
@@ -171,8 +173,39 @@ impl Metrics {
         render_worker_states(&mut out, workers);
         render_workers(&mut out, workers);
         render_index(&mut out, workers);
+        render_process(&mut out);
         out
     }
+}
+
+/// The router process itself: its live tokio tasks and its resident memory, so that a leak
+/// (a task or a buffer per request that outlives it) shows as growth under steady load.
+fn render_process(out: &mut String) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        gauge(
+            out,
+            "minisgl_router_tasks",
+            "Live tokio tasks in the router.",
+            runtime.metrics().num_alive_tasks(),
+        );
+    }
+    if let Some(bytes) = resident_bytes() {
+        gauge(
+            out,
+            "process_resident_memory_bytes",
+            "Resident memory of the router process in bytes.",
+            bytes,
+        );
+    }
+}
+
+/// The process's resident set size, from /proc/self/statm (Linux; None elsewhere).
+fn resident_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * usize::try_from(page_size).ok()?)
 }
 
 /// Each worker's state (one series per state, 1 for the current one) and its restarts.
@@ -202,6 +235,20 @@ fn render_worker_states(out: &mut String, workers: &[WorkerClient]) {
     );
     for w in workers {
         let _ = writeln!(out, "{name}{{worker=\"{}\"}} {}", w.address(), w.restarts());
+    }
+    let name = "minisgl_client_disconnects_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Generations aborted in their worker because their client went away.\n\
+         # TYPE {name} counter"
+    );
+    for w in workers {
+        let _ = writeln!(
+            out,
+            "{name}{{worker=\"{}\"}} {}",
+            w.address(),
+            w.disconnects()
+        );
     }
 }
 
@@ -375,5 +422,18 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("minisgl_time_per_output_token_seconds_sum 0.01\n"));
+    }
+
+    #[tokio::test]
+    async fn the_router_reports_its_tasks_and_memory() {
+        let task = tokio::spawn(std::future::pending::<()>());
+        let out = Metrics::default().render(&[], &Admission::new(1, Duration::ZERO));
+        task.abort();
+        let value = |name: &str| -> f64 {
+            let line = out.lines().find(|l| l.starts_with(name)).unwrap();
+            line.rsplit_once(' ').unwrap().1.parse().unwrap()
+        };
+        assert_eq!(value("minisgl_router_tasks "), 1.0, "{out}");
+        assert!(value("process_resident_memory_bytes ") > 1e6, "{out}");
     }
 }

@@ -1,7 +1,7 @@
 //! The server's life: load the model folder, bind the port, start and attach workers, wait
 //! for their `ready`, serve until Ctrl-C/SIGTERM, then stop the workers cleanly.
 
-use std::future::IntoFuture;
+use std::future::{Future, IntoFuture};
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use crate::api::admission::Admission;
 use crate::api::routes::app;
 use crate::config::Config;
 use crate::routing::policy::create_policy;
+use crate::signals::Signals;
 use crate::state::{unix_now, AppState, Shared};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
@@ -100,6 +101,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     if let Some(warning) = config.exposure_warning() {
         tracing::warn!("{warning}");
     }
+    let mut signals = Signals::new()?;
     let model_dir = config.model.clone().ok_or("no --model given")?;
     let files = load_model_files(&model_dir, None)?;
     let address = format!("{}:{}", config.host, config.port);
@@ -147,7 +149,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
             .iter()
             .map(|a| WorkerClient::connect_remote(a)),
     );
-    let result = serve_http(listener, files, clients.clone(), &config).await;
+    let result = serve_http(listener, files, clients.clone(), &config, &mut signals).await;
     stop_workers(local, &clients).await;
     result
 }
@@ -170,6 +172,7 @@ async fn serve_http(
     files: ModelFiles,
     workers: Vec<WorkerClient>,
     config: &Config,
+    signals: &mut Signals,
 ) -> Result<(), String> {
     let state = AppState::new(Shared {
         model_names: crate::api::models::served_names(config, &files.name),
@@ -195,15 +198,15 @@ async fn serve_http(
     let server = tokio::spawn(server.into_future());
     let ready = tokio::select! {
         ready = wait_all_ready(&workers, config.ready_timeout()) => ready.map(Some),
-        _ = shutdown_signal(true) => Ok(None),
+        _ = signals.next(true) => Ok(None),
     };
     let result = match ready {
         Ok(Some(max_context)) => {
             state.set_max_context(max_context);
             tracing::info!(model = %state.model_name(), max_context, "ready on http://{address}");
             let url = local_url(address);
-            let served = serve_until_stopped(config.shell, &url, config.api_key.clone()).await;
-            drain(&state, config.shutdown_timeout()).await;
+            let served = serve_until_stopped(config, &url, signals).await;
+            drain(&state, config.shutdown_timeout(), signals.next(true)).await;
             served
         }
         Ok(None) => {
@@ -223,9 +226,9 @@ async fn serve_http(
 }
 
 /// Stops admitting (new requests get 503), gives the requests in flight up to `timeout` to
-/// finish (a second signal cuts that short), then aborts the rest in their workers (their
-/// clients get a 503 error).
-async fn drain(state: &AppState, timeout: Duration) {
+/// finish (`cut_short`, a second signal, ends the wait), then aborts the rest in their
+/// workers (their clients get a 503 error naming `--shutdown-timeout`).
+pub async fn drain(state: &AppState, timeout: Duration, cut_short: impl Future<Output = ()>) {
     state.admission.close();
     let in_flight = state.admission.in_flight();
     if in_flight == 0 {
@@ -235,8 +238,9 @@ async fn drain(state: &AppState, timeout: Duration) {
     tracing::info!(
         "shutting down: waiting up to {} s for {in_flight} request(s) in flight \
          (--shutdown-timeout); new requests get 503",
-        timeout.as_secs()
+        timeout.as_secs_f32()
     );
+    let started = tokio::time::Instant::now();
     let finished = async {
         while state.admission.in_flight() > 0 {
             tokio::time::sleep(DRAIN_POLL).await;
@@ -244,14 +248,14 @@ async fn drain(state: &AppState, timeout: Duration) {
     };
     tokio::select! {
         _ = tokio::time::timeout(timeout, finished) => {}
-        _ = shutdown_signal(true) => tracing::info!("a second signal: aborting them now"),
+        _ = cut_short => tracing::info!("a second signal: aborting them now"),
     }
     let reason = "the server shut down before this request finished (--shutdown-timeout)";
     let aborted: usize = state.workers.iter().map(|w| w.abort_all(reason)).sum();
     if aborted > 0 {
         tracing::warn!(
-            "aborted {aborted} request(s) still in flight after {} s",
-            timeout.as_secs()
+            "aborted {aborted} request(s) still in flight after {:.0} s",
+            started.elapsed().as_secs_f32()
         );
     }
 }
@@ -259,17 +263,17 @@ async fn drain(state: &AppState, timeout: Duration) {
 /// Until SIGTERM or Ctrl-C; with `--shell`, until the shell ends or SIGTERM (Ctrl-C is the
 /// shell's then: it stops an answer).
 async fn serve_until_stopped(
-    shell: bool,
+    config: &Config,
     url: &str,
-    api_key: Option<String>,
+    signals: &mut Signals,
 ) -> Result<(), String> {
-    if !shell {
-        shutdown_signal(true).await;
+    if !config.shell {
+        signals.next(true).await;
         return Ok(());
     }
     tokio::select! {
-        result = crate::shell::run(url, api_key) => result,
-        _ = shutdown_signal(false) => Ok(()),
+        result = crate::shell::run(url, config.api_key.clone()) => result,
+        _ = signals.next(false) => Ok(()),
     }
 }
 
@@ -294,31 +298,6 @@ async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
             .map(|(worker, client)| worker.stop(client)),
     )
     .await;
-}
-
-/// SIGTERM, or SIGINT (Ctrl-C) when `ctrl_c`.
-async fn shutdown_signal(ctrl_c: bool) {
-    let ctrl_c = async {
-        match ctrl_c {
-            true => drop(tokio::signal::ctrl_c().await),
-            false => std::future::pending().await,
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
 }
 
 #[cfg(test)]

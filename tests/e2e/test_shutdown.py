@@ -53,20 +53,22 @@ def wait_gone(server: Server, workers: set[int], within_s: float) -> None:
     assert not socket_files(server.proc.pid), server.log_tail()
 
 
-def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_aborts_at_the_timeout(
+def test_sigterm_finishes_requests_in_flight_and_refuses_new_ones_a_second_aborts(
     tmp_path: Path,
 ) -> None:
-    server = start_router(tmp_path, "--shutdown-timeout", "20")
+    """(--shutdown-timeout itself is tested in the router's own tests, without a clock race
+    against a CPU of unknown speed.)"""
+    server = start_router(tmp_path, "--shutdown-timeout", "600")
     workers = descendants(server.proc.pid)
     assert socket_files(server.proc.pid)
     started: set[int] = set()
     with ThreadPoolExecutor(3) as pool:
-        short = [pool.submit(stream, server, 16, started) for _ in range(2)]
-        long = pool.submit(stream, server, 4000, started)  # cannot finish in 20 s on a CPU
+        short = [pool.submit(stream, server, 8, started) for _ in range(2)]
+        long = pool.submit(stream, server, 4000, started)
         deadline = time.monotonic() + 120
         while len(started) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(started) >= 3, server.log_tail()
+        assert len(started) == 3, server.log_tail()
         server.proc.send_signal(signal.SIGTERM)
         # New requests are refused while those in flight finish; /health says so too.
         deadline = time.monotonic() + 10
@@ -78,13 +80,15 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_aborts_at_the_
         assert refused.status_code == 503, refused.text
         assert "shutting down" in refused.json()["error"]["message"]
         for done in short:
-            assert done.result() == (16, "length", "")
+            assert done.result() == (8, "length", "")
+        assert not long.done()
+        server.proc.send_signal(signal.SIGTERM)  # the second: abort the rest now
         tokens, finish, error = long.result()
     assert finish is None and tokens < 4000
     assert "--shutdown-timeout" in error
     assert server.proc.wait(timeout=60) == 0, server.log_tail()
     wait_gone(server, workers, within_s=10)
-    assert "aborted 1 request(s) still in flight after 20 s" in server.log_path.read_text()
+    assert "aborted 1 request(s) still in flight" in server.log_path.read_text()
 
 
 def spawned_worker(server: Server, within_s: float = 60) -> set[int]:

@@ -219,9 +219,13 @@ impl Generation {
         ))
     }
 
-    /// Its worker went away (503) and nothing of it was produced yet.
+    /// Its worker went away (503) and nothing of it was produced yet (and the server is not
+    /// shutting down: then the 503 is the shutdown's).
     fn retryable(&self, error: &ApiError) -> bool {
-        matches!(error, ApiError::Unavailable(_)) && self.output_ids.is_empty() && !self.retried
+        matches!(error, ApiError::Unavailable(_))
+            && self.output_ids.is_empty()
+            && !self.retried
+            && !self.state.admission.is_closed()
     }
 
     /// Sends the generation again, to a ready worker, with the failed one's slot.

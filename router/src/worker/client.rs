@@ -69,6 +69,8 @@ pub(super) struct Inner {
     readies: AtomicU64,
     /// How many times its launcher started it again after it exited.
     restarts: AtomicU64,
+    /// Requests aborted because their client went away.
+    disconnects: AtomicU64,
     /// Bumped to end the current connection (its process died: the next one is new).
     pub(super) epoch: watch::Sender<u64>,
     /// Silence after which the worker counts as gone (remote workers; a local one's
@@ -110,6 +112,7 @@ impl WorkerClient {
             was_ready: AtomicBool::new(false),
             readies: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            disconnects: AtomicU64::new(0),
             epoch: watch::channel(0).0,
             heartbeat,
             first_ready: Mutex::new(None),
@@ -235,6 +238,19 @@ impl WorkerClient {
             self.inner.send(RouterMsg::Abort { rid });
         }
         rids.len()
+    }
+
+    /// `abort` for a request whose client went away (counted).
+    pub fn abort_disconnected(&self, rid: u64) {
+        if self.inner.requests.remove(rid) {
+            self.inner.disconnects.fetch_add(1, Ordering::Relaxed);
+            self.inner.send(RouterMsg::Abort { rid });
+        }
+    }
+
+    /// Requests aborted because their client went away.
+    pub fn disconnects(&self) -> u64 {
+        self.inner.disconnects.load(Ordering::Relaxed)
     }
 
     pub fn shutdown(&self) {

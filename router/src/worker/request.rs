@@ -71,10 +71,6 @@ impl RequestStream {
 
     /// Stops the request early (a stop string matched); the worker frees it now.
     pub fn abort(mut self) {
-        self.abort_now();
-    }
-
-    fn abort_now(&mut self) {
         if !self.finished {
             self.finish();
             self.client.abort(self.rid);
@@ -88,8 +84,12 @@ impl RequestStream {
 }
 
 impl Drop for RequestStream {
-    /// A client that disconnects drops its handler's future, and with it this stream.
+    /// A client that disconnects drops its handler's future, and with it this stream: the
+    /// worker frees the request at once, and it is counted as a disconnect.
     fn drop(&mut self) {
-        self.abort_now();
+        if !self.finished {
+            self.finish();
+            self.client.abort_disconnected(self.rid);
+        }
     }
 }

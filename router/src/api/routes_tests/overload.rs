@@ -155,3 +155,42 @@ async fn copies_past_the_limit_are_refused_before_reaching_the_worker() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!((s.generated(), s.in_flight()), (2, 0));
 }
+
+#[tokio::test]
+async fn shutdown_refuses_new_requests_and_waits_for_those_in_flight() {
+    let s = Setup::limited(4).await;
+    let first = s.spawn_chat(json!({}));
+    s.wait_for(|s| s.generated() == 1).await;
+    let state = s.state.clone();
+    let drained = tokio::spawn(async move {
+        let pending = std::future::pending::<()>();
+        crate::run::drain(&state, Duration::from_secs(30), pending).await
+    });
+    s.wait_for(|s| s.state.admission.is_closed()).await;
+    let (status, body) = send(s.app(), chat(json!({}))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("the server is shutting down"), "{body}");
+    assert!(!drained.is_finished(), "one request is still in flight");
+    s.fake.resume();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    tokio::time::timeout(Duration::from_secs(5), drained)
+        .await
+        .expect("the drain ends once nothing is in flight")
+        .unwrap();
+    assert!(s.aborted().is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_aborts_what_is_still_in_flight_at_the_timeout() {
+    let s = Setup::limited(4).await;
+    let stream = s.spawn_chat(json!({"stream": true}));
+    s.wait_for(|s| s.generated() == 1).await;
+    let timeout = Duration::from_millis(300);
+    crate::run::drain(&s.state, timeout, std::future::pending()).await;
+    let (status, body) = stream.await.unwrap();
+    // A stream that had not sent its first token is refused outright.
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("(--shutdown-timeout)"), "{body}");
+    s.wait_for(|s| s.aborted().len() == 1).await;
+    assert_eq!(s.in_flight(), 0);
+}
