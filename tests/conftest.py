@@ -1,8 +1,13 @@
-"""Shared test set-up: GPU tests are skipped where there is no CUDA device."""
+"""Shared test set-up: GPU tests are skipped where there is no CUDA device, and every worker
+the tests start checks the scheduler's invariants after each step."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# Inherited by the workers the end-to-end tests' routers spawn (scheduler/loop.py).
+os.environ["MINISGL_CHECK_INVARIANTS"] = "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
