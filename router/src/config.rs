@@ -32,6 +32,11 @@ pub struct Config {
     /// Local workers to spawn (default 1, or 0 when --worker is given).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Tensor-parallel ranks of each spawned worker: N processes on N GPUs (worker i gets
+    /// the i-th N of CUDA_VISIBLE_DEVICES; --workers 2 --tp 2 uses 4), on CPU they share
+    /// the cores. A --worker group is started with its own --tp.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
+    pub tp: usize,
     /// Attach a worker started elsewhere with `python -m minisgl_worker --listen ...` (repeatable).
     #[arg(long = "worker", value_name = "tcp://HOST:PORT")]
     pub remote_workers: Vec<String>,
@@ -268,6 +273,13 @@ impl Config {
         }
         if self.local_workers() == 0 && self.remote_workers.is_empty() {
             return Err("no workers: give --workers N (N >= 1) or --worker tcp://HOST:PORT".into());
+        }
+        if self.tp > 1 && self.local_workers() == 0 {
+            return Err(format!(
+                "--tp {} applies to the workers this router spawns (--workers N); a --worker \
+                 group is started with its own --tp",
+                self.tp
+            ));
         }
         if let Some(bad) = self
             .remote_workers

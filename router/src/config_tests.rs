@@ -71,6 +71,24 @@ fn remote_workers_replace_local_ones_unless_asked() {
 }
 
 #[test]
+fn tp_is_positive_and_for_spawned_workers() {
+    assert_eq!(parse(&[]).unwrap().tp, 1);
+    let c = parse(&["--tp", "3", "--workers", "2"]).unwrap();
+    assert_eq!((c.tp, c.local_workers()), (3, 2));
+    assert!(c.check().is_ok());
+    let err = parse(&["--tp", "0"]).unwrap_err();
+    assert!(err.to_string().contains("--tp"), "{err}");
+    let err = parse(&["--tp", "2", "--worker", "tcp://a:1"])
+        .unwrap()
+        .check()
+        .unwrap_err();
+    assert!(
+        err.contains("--tp 2 applies to the workers this router spawns"),
+        "{err}"
+    );
+}
+
+#[test]
 fn enums_and_errors() {
     let c = parse(&[
         "--device",

@@ -16,6 +16,7 @@ use crate::signals::Signals;
 use crate::state::{unix_now, AppState, Shared};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
+use crate::worker::gpus;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
 
@@ -127,7 +128,15 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         gemm: config.gemm.map(|g| g.as_str()),
         kv_cache_dtype: config.kv_cache_dtype.map(|d| d.as_str()),
         load_format: config.load_format.map(|f| f.as_str()),
+        tp: config.tp,
         count: config.local_workers(),
+        gpus: gpus::assign(
+            config.device.as_str(),
+            config.local_workers(),
+            config.tp,
+            std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+            gpus::found(),
+        )?,
     };
     let mut local = Vec::new();
     let mut clients = Vec::new();

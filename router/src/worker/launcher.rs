@@ -37,8 +37,12 @@ pub struct LaunchSpec {
     pub gemm: Option<&'static str>,
     pub kv_cache_dtype: Option<&'static str>,
     pub load_format: Option<&'static str>,
-    /// Total number of local workers (to spread them over GPUs).
+    /// Tensor-parallel ranks (processes, GPUs) per worker.
+    pub tp: usize,
+    /// Total number of local workers (to share the CPU cores).
     pub count: usize,
+    /// Each worker's `CUDA_VISIBLE_DEVICES` (gpus.rs), None: left as it is.
+    pub gpus: Vec<Option<String>>,
 }
 
 pub struct LocalWorker {
@@ -90,6 +94,7 @@ impl LaunchSpec {
             ("--gemm", name(self.gemm)),
             ("--kv-cache-dtype", name(self.kv_cache_dtype)),
             ("--load-format", name(self.load_format)),
+            ("--tp", (self.tp > 1).then(|| self.tp.to_string())),
         ];
         for (flag, value) in optional {
             if let Some(value) = value {
@@ -97,8 +102,8 @@ impl LaunchSpec {
             }
         }
         cmd.env("MINISGL_WORKER_INDEX", index.to_string());
-        if let Some(gpu) = self.gpu_for(index) {
-            cmd.env("CUDA_VISIBLE_DEVICES", gpu);
+        if let Some(Some(gpus)) = self.gpus.get(index) {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpus);
         }
         if let Some(threads) = self.cpu_threads(std::env::var_os("OMP_NUM_THREADS").is_some()) {
             cmd.env("OMP_NUM_THREADS", threads.to_string());
@@ -123,21 +128,6 @@ impl LaunchSpec {
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Some((cores / self.count).max(1))
-    }
-
-    /// With several local workers on a GPU machine, worker i gets the i-th visible GPU.
-    fn gpu_for(&self, index: usize) -> Option<String> {
-        if self.count < 2 || self.device == "cpu" {
-            return None;
-        }
-        let visible = std::env::var("CUDA_VISIBLE_DEVICES")
-            .ok()
-            .filter(|v| !v.is_empty());
-        let gpus: Vec<String> = match visible {
-            Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-            None => (0..self.count).map(|i| i.to_string()).collect(),
-        };
-        Some(gpus[index % gpus.len()].clone())
     }
 }
 
@@ -255,7 +245,9 @@ mod tests {
             gemm: Some("cublas"),
             kv_cache_dtype: Some("fp8_e4m3"),
             load_format: Some("dummy"),
+            tp: 1,
             count,
+            gpus: vec![None; count],
         }
     }
 
@@ -326,12 +318,25 @@ mod tests {
     }
 
     #[test]
-    fn gpus_are_spread_only_with_several_gpu_workers() {
-        assert_eq!(spec("p", 1, "cuda").gpu_for(0), None);
-        assert_eq!(spec("p", 2, "cpu").gpu_for(1), None);
-        if std::env::var("CUDA_VISIBLE_DEVICES").is_err() {
-            assert_eq!(spec("p", 2, "cuda").gpu_for(1).as_deref(), Some("1"));
-        }
+    fn tp_and_gpus_reach_the_worker() {
+        let mut s = spec("python3", 2, "cuda");
+        s.tp = 2;
+        s.gpus = vec![Some("0,1".into()), Some("2,3".into())];
+        let cmd = s.command(1, "ipc:///tmp/x.sock");
+        let args: Vec<_> = cmd
+            .as_std()
+            .get_args()
+            .map(|a| a.to_string_lossy())
+            .collect();
+        assert!(
+            args.windows(2).any(|w| w[0] == "--tp" && w[1] == "2"),
+            "{args:?}"
+        );
+        let env: Vec<_> = cmd.as_std().get_envs().collect();
+        assert!(env.contains(&(
+            std::ffi::OsStr::new("CUDA_VISIBLE_DEVICES"),
+            Some(std::ffi::OsStr::new("2,3"))
+        )));
     }
 
     #[tokio::test]

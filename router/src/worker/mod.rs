@@ -3,6 +3,7 @@
 pub mod client;
 #[cfg(test)]
 pub mod fake;
+pub mod gpus;
 pub mod launcher;
 pub mod protocol;
 mod registry;
