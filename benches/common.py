@@ -51,9 +51,7 @@ def mixed_graph_option(tokens: int | None) -> dict[str, int]:
 def drop_prefix_cache(llm: LLM) -> None:
     """Evict every cached prefix: a repetition of the same prompts would otherwise skip
     their prefill (mini-sglang's side runs each repetition cold, in a fresh process)."""
-    sched = llm.scheduler
-    assert not sched.has_work
-    sched.allocator.free(sched.cache.prefix_cache.evict(sched.allocator.num_pages))
+    llm.drop_prefix_cache()
 
 
 def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:

@@ -73,14 +73,18 @@ def main() -> None:
                    help="EngineConfig.cuda_graph_mixed_tokens: whole CUDA graphs for mixed steps "
                         "of up to this many tokens (engine/graphs/mixed.py); 0: none "
                         "(default: EngineConfig's)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel ranks (GPUs 0..tp-1; this process is rank 0)")
     p.add_argument("--json", help="append one JSON line of results to this file")
     args = p.parse_args()
+    if args.tp > 1 and args.configs:
+        p.error("--configs changes rank 0's scheduler only: not with --tp > 1")
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     name = Path(args.model).name
     t0 = time.perf_counter()
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
-              chunk_size=args.chunk_size, cache=args.cache,
+              chunk_size=args.chunk_size, cache=args.cache, tp=args.tp,
               **mixed_graph_option(args.mixed_graph_tokens))
     startup = time.perf_counter() - t0
     prompts, params = workload(args.num_requests)

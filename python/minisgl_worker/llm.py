@@ -10,6 +10,7 @@ before stepping, as a worker's rank 0 does."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .distributed.ranks import LocalRanks, free_addr, rank_device, share_cores
 from .engine import Engine, EngineConfig
 from .protocol import Generate, RouterMsg, SamplingParams, Shutdown
 from .scheduler import Scheduler, follow
+from .scheduler.loop import DropPrefixCache
 
 __all__ = ["LLM", "SamplingParams"]
 
@@ -96,10 +98,15 @@ class LLM:
                 res["text"] = self.tokenizer.decode(res["token_ids"])
         return ordered
 
-    def _broadcast(self, msgs: list[RouterMsg]) -> None:
+    def drop_prefix_cache(self) -> None:
+        """Evict every cached prefix on every rank (between a benchmark's repetitions)."""
+        self.scheduler.drop_prefix_cache()
+        self._broadcast([DropPrefixCache()])
+
+    def _broadcast(self, msgs: Sequence[RouterMsg | DropPrefixCache]) -> None:
         """The other ranks apply `msgs` (applied here already) and step with us."""
         if self._ranks is not None:
-            get_comm().broadcast_objects(msgs)
+            get_comm().broadcast_objects(list(msgs))
 
     def shutdown(self) -> None:
         if self._ranks is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..distributed import Communicator
 from ..protocol import (
@@ -38,6 +40,13 @@ logger = logging.getLogger(__name__)
 # Page and slot accounting checked after every step: on in the test suite and in debug runs
 # (MINISGL_CHECK_INVARIANTS=1), off in production, where a step should not pay for it.
 CHECK_INVARIANTS = os.environ.get("MINISGL_CHECK_INVARIANTS", "") == "1"
+
+
+@dataclass(frozen=True, slots=True)
+class DropPrefixCache:
+    """The offline API's order to every rank to empty its prefix cache (never on the wire:
+    only broadcast inside a TP group)."""
+
 
 LOAD_INTERVAL_BUSY_S = 0.5
 LOAD_INTERVAL_IDLE_S = 1.0
@@ -99,8 +108,8 @@ def follow(scheduler: Scheduler, comm: Communicator) -> None:
         _step(scheduler, [], fatal=True)
 
 
-def _apply(scheduler: Scheduler, msgs: list[RouterMsg], out: list[Msg], ready: Ready | None
-           ) -> bool:
+def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache], out: list[Msg],
+           ready: Ready | None) -> bool:
     """Apply one turn's messages in order, appending what to send to `out` -> whether a
     Shutdown came."""
     for msg in msgs:
@@ -112,6 +121,9 @@ def _apply(scheduler: Scheduler, msgs: list[RouterMsg], out: list[Msg], ready: R
             _abort_all(scheduler, "they came over an earlier connection")
             if ready is not None:
                 out += [ready, scheduler.cache.snapshot()]
+            continue
+        if isinstance(msg, DropPrefixCache):
+            scheduler.drop_prefix_cache()
             continue
         error = _handle(scheduler, msg)
         if error is not None:

@@ -132,6 +132,11 @@ class Scheduler:
             self.decode.remove(req)
         self._end(req, ReqStatus.ABORTED)
 
+    def drop_prefix_cache(self) -> None:
+        """Evict every cached prefix (idle only): a benchmark's repetition starts cold."""
+        assert not self.has_work
+        self.allocator.free(self.cache.prefix_cache.evict(self.allocator.num_pages))
+
     # ---- one step ----
 
     @property

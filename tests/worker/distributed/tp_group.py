@@ -1,4 +1,4 @@
-"""Run a function on every rank of a CPU TP group (gloo) in spawned processes."""
+"""Run a function on every rank of a TP group in spawned processes."""
 
 from __future__ import annotations
 
@@ -15,21 +15,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, size: int, addr: str, fn: Callable[..., Any], args: tuple[Any, ...]
-           ) -> None:
+def _entry(rank: int, size: int, addr: str, cuda: bool, fn: Callable[..., Any],
+           args: tuple[Any, ...]) -> None:
     import torch
-    from minisgl_worker.distributed import TPInfo, init_distributed, set_tp_info
+    from minisgl_worker.distributed import TPInfo, init_distributed
 
-    torch.set_num_threads(1)
-    info = TPInfo(rank, size)
-    set_tp_info(info)
-    init_distributed(info, addr, torch.device("cpu"))
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)
+    init_distributed(TPInfo(rank, size), addr, device)
     with torch.inference_mode():  # as the engine runs the model
         fn(*args)
 
 
-def run_group(size: int, fn: Callable[..., Any], *args: Any) -> None:
-    """fn(*args) on ranks 0..size-1, each with its TP info and communicator set; an
-    exception on any rank fails the call."""
+def run_group(size: int, fn: Callable[..., Any], *args: Any, cuda: bool = False) -> None:
+    """fn(*args) on ranks 0..size-1 (gloo on CPU; NCCL with rank r on GPU r when `cuda`),
+    each with its TP info and communicator set; an exception on any rank fails the call."""
     addr = f"127.0.0.1:{free_port()}"
-    mp.spawn(_entry, args=(size, addr, fn, args), nprocs=size, join=True)
+    mp.spawn(_entry, args=(size, addr, cuda, fn, args), nprocs=size, join=True)
