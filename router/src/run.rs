@@ -16,9 +16,9 @@ use crate::signals::Signals;
 use crate::state::{unix_now, AppState, Shared};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
-use crate::worker::gpus;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
+use crate::worker::{gpus, tp_check};
 
 /// How long open connections get to close once no request is in flight any more.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -105,6 +105,9 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     let mut signals = Signals::new()?;
     let model_dir = config.model.clone().ok_or("no --model given")?;
     let files = load_model_files(&model_dir, None)?;
+    if config.local_workers() > 0 {
+        tp_check::check(&model_dir, config.tp)?;
+    }
     let address = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&address)
         .await

@@ -10,6 +10,7 @@ mod registry;
 pub mod request;
 mod socket;
 mod supervisor;
+pub mod tp_check;
 
 pub use client::{WorkerClient, WorkerState};
 pub use registry::Event;
