@@ -94,10 +94,11 @@ def test_a_group_across_hosts_serves_like_one_worker(server: Server, tmp_path: P
             "--device", "cpu", "--tp", "3", "--nnodes", "3",
             "--dist-init-addr", f"127.0.0.1:{dist_port}"]
     logs = [(tmp_path / f"node{n}.log").open("w") for n in range(3)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # three "hosts" share this one's cores
     nodes = [subprocess.Popen([*base, "--node-rank", "0", "--listen", f"tcp://127.0.0.1:{port}"],
-                              stdout=logs[0], stderr=subprocess.STDOUT)]
+                              stdout=logs[0], stderr=subprocess.STDOUT, env=env)]
     nodes += [subprocess.Popen([*base, "--node-rank", str(n)], stdout=logs[n],
-                               stderr=subprocess.STDOUT) for n in (1, 2)]
+                               stderr=subprocess.STDOUT, env=env) for n in (1, 2)]
     router = None
     try:
         router = start_router(tmp_path, "--worker", f"tcp://127.0.0.1:{port}")

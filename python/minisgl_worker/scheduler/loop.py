@@ -106,6 +106,7 @@ def follow(scheduler: Scheduler, comm: Communicator) -> None:
         if _apply(scheduler, msgs, [], None):
             return
         _step(scheduler, [], fatal=True)
+        scheduler.cache.events()  # rank 0 reports the cache (the same blocks): drop ours
 
 
 def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache], out: list[Msg],
