@@ -265,13 +265,21 @@ impl Generation {
         &self.output_ids
     }
 
+    /// A `stop` finish token is EOS or a stop token id, never shown as text; but a
+    /// constrained request also stops on the token that completes its grammar, which is text.
+    fn is_end_token(&self, out: &TokenOutput) -> bool {
+        out.finish == Some(Finish::Stop)
+            && (self.sampling.constraint.is_none()
+                || self.sampling.stop_token_ids.contains(&out.token)
+                || self.state.tokenizer.is_special(out.token))
+    }
+
     fn on_token(&mut self, out: TokenOutput) {
         self.record_timing();
         self.output_ids.push(out.token);
         self.cached_tokens = out.cached_tokens;
         let mut piece = Piece::default();
-        // A `stop` finish token is EOS or a stop token id: never shown as text.
-        if out.finish != Some(Finish::Stop) {
+        if !self.is_end_token(&out) {
             piece.text = self.decoder.step(&self.state.tokenizer, out.token);
             if let Some(logprob) = out.logprob {
                 let top = out.top_logprobs.unwrap_or_default();

@@ -35,6 +35,12 @@ pub struct CommonParams {
     pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
     /// Informational in OpenAI's API; accepted and ignored.
     pub user: Option<String>,
+    /// Structured outputs (api/constraint.rs): OpenAI's, SGLang's and vLLM's spellings.
+    pub response_format: Option<Value>,
+    pub regex: Option<String>,
+    pub ebnf: Option<String>,
+    pub json_schema: Option<Value>,
+    pub structured_outputs: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

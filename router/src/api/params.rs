@@ -1,10 +1,11 @@
 //! Validation of the sampling and stopping parameters at the edge, and their mapping onto the
 //! protocol's `sampling` map. Every message names the field and the limit.
 
+use crate::api::constraint;
 use crate::api::limits::Limits;
 use crate::api::openai::{CommonParams, Stop};
 use crate::error::ApiError;
-use crate::worker::protocol::Sampling;
+use crate::worker::protocol::{Constraint, Sampling};
 
 const MAX_STOPS: usize = 4;
 const MAX_TOP_LOGPROBS: i64 = 20;
@@ -148,8 +149,21 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
         logprobs: e.logprobs,
         top_logprobs: top_logprobs(e)?,
         logit_bias: logit_bias(c)?,
-        constraint: None,
+        constraint: constraint(c)?,
     })
+}
+
+/// The output constraint; `min_tokens` cannot be combined with one (the grammar alone
+/// decides where a constrained output may end).
+fn constraint(c: &CommonParams) -> Result<Option<Constraint>, ApiError> {
+    let found = constraint::from_common(c)?;
+    if found.is_some() && c.min_tokens.unwrap_or(0) > 0 {
+        return Err(ApiError::invalid(
+            "min_tokens",
+            "`min_tokens` cannot be combined with a structured output constraint",
+        ));
+    }
+    Ok(found)
 }
 
 /// OpenAI's `{"token id": bias}` map as (token, bias) pairs; the vocabulary bound is checked

@@ -58,6 +58,14 @@ impl Tokenizer {
         self.inner.decode(ids, false).unwrap_or_default()
     }
 
+    /// Whether `id` is a special added token (EOS, chat markers): never shown as text.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.inner
+            .get_added_tokens_decoder()
+            .get(&id)
+            .is_some_and(|t| t.special)
+    }
+
     /// The vocabulary string of one token, as shown in logprobs (`Ġthe`-style for byte-level BPE
     /// is turned into text by decoding the single token; specials keep their name).
     pub fn token_text(&self, id: u32) -> String {
@@ -136,6 +144,8 @@ pub(crate) mod tests {
         assert_eq!(ids.last(), Some(&2));
         assert_eq!(tok.decode(&ids), "user\nhi");
         assert_eq!(tok.token_text(2), "<|im_end|>");
+        assert!(tok.is_special(2));
+        assert!(!tok.is_special(ids[2]));
     }
 
     #[test]
