@@ -18,14 +18,14 @@ MODEL = "SmolLM2-135M-Instruct"
 PERSON = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 12},
+        "name": {"type": "string", "maxLength": 8},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "role": {"enum": ["admin", "user", "guest"]},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6},
                  "minItems": 1, "maxItems": 2},
         "address": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 12},
+            "properties": {"city": {"type": "string", "maxLength": 8},
                            "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
             "required": ["city", "zip"],
             "additionalProperties": False,
@@ -45,7 +45,7 @@ def _schema_format(schema: dict) -> dict:
 def test_json_schema_outputs_validate_at_temperature_one(server: Server) -> None:
     def one(seed: int) -> tuple[str, str | None]:
         resp = server.client().chat.completions.create(
-            model=MODEL, messages=ASK, temperature=1.0, seed=seed, max_tokens=100,
+            model=MODEL, messages=ASK, temperature=1.0, seed=seed, max_tokens=80,
             response_format=_schema_format(PERSON))  # type: ignore[arg-type]
         return resp.choices[0].message.content or "", resp.choices[0].finish_reason
     with ThreadPoolExecutor(3) as pool:
@@ -57,7 +57,7 @@ def test_json_schema_outputs_validate_at_temperature_one(server: Server) -> None
 
 
 def test_json_schema_stream_equals_the_whole_answer(server: Server) -> None:
-    args = {"model": MODEL, "messages": ASK, "temperature": 1.0, "seed": 7, "max_tokens": 100,
+    args = {"model": MODEL, "messages": ASK, "temperature": 1.0, "seed": 7, "max_tokens": 80,
             "response_format": _schema_format(PERSON)}
     whole = server.client().chat.completions.create(**args)  # type: ignore[call-overload]
     chunks = server.client().chat.completions.create(
@@ -99,7 +99,7 @@ def test_greedy_free_requests_beside_constrained_ones_keep_their_text(server: Se
         return resp.choices[0].message.content or ""
     def constrained(seed: int) -> str:
         resp = server.client().chat.completions.create(
-            model=MODEL, messages=ASK, temperature=1.0, seed=seed, max_tokens=60,
+            model=MODEL, messages=ASK, temperature=1.0, seed=seed, max_tokens=40,
             response_format=_schema_format(PERSON))
         return resp.choices[0].message.content or ""
     alone = [free(q) for q in questions]
