@@ -43,7 +43,12 @@ SCHEMA = {
 
 def model_folder(shape: Path, tokenizer: Path) -> Path:
     out = Path(tempfile.mkdtemp(prefix="structured-model-"))
-    shutil.copy(shape / "config.json", out / "config.json")
+    config = json.loads((shape / "config.json").read_text())
+    # The EOS must be a token of the tokenizer the grammars are built on: its own folder's.
+    tok_config = tokenizer / "config.json"
+    config["eos_token_id"] = (json.loads(tok_config.read_text())["eos_token_id"]
+                              if tok_config.is_file() else 0)
+    (out / "config.json").write_text(json.dumps(config))
     shutil.copy(tokenizer / "tokenizer.json", out / "tokenizer.json")
     return out
 
