@@ -61,10 +61,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fit", type=int, default=40, help="prefixes one worker's KV holds")
     p.add_argument("--kv-tokens", type=int, default=0, help="per worker; 0: from --fit")
     p.add_argument("--concurrency", type=int, default=128)
-    p.add_argument("--runs", default="cache_aware,round_robin,single")
+    p.add_argument("--run", action="append", dest="runs", metavar="'POLICY [FLAGS]'",
+                   help="a run: a routing policy (or single) and router flags, e.g. "
+                        "'cache_aware --balance-abs-threshold 64' (repeatable; default: "
+                        "cache_aware, round_robin, single)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--small", action="store_true", help="CPU quick check: " + str(SMALL))
     args = p.parse_args()
+    args.runs = args.runs or ["cache_aware", "round_robin", "single"]
     if args.small:
         for key, value in SMALL.items():
             setattr(args, key, value)
@@ -85,7 +89,8 @@ def make_prompts(args: argparse.Namespace) -> list[list[int]]:
     ]
 
 
-def start_router(args: argparse.Namespace, workers: int, policy: str, log: Path):
+def start_router(args: argparse.Namespace, workers: int, policy: str, flags: list[str],
+                 log: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -104,6 +109,7 @@ def start_router(args: argparse.Namespace, workers: int, policy: str, log: Path)
         policy,
         "--kv-tokens",
         str(args.kv_tokens * (3 - workers)),
+        *flags,
     ]
     if args.model:
         cmd += ["--model", args.model]
@@ -133,9 +139,10 @@ def model_name(url: str) -> str:
     return requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
 
 
-def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: Path) -> dict:
+def run_one(args: argparse.Namespace, run: str, prompts: list[list[int]], log: Path) -> dict:
+    name, *flags = run.split()
     workers, policy = (1, "cache_aware") if name == "single" else (2, name)
-    proc, url = start_router(args, workers, policy, log)
+    proc, url = start_router(args, workers, policy, flags, log)
     try:
         model = model_name(url)
 
@@ -152,12 +159,12 @@ def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: 
             return r.json()["usage"]
 
         send(prompts[0][: args.suffix_len])  # warm-up, shares no prefix
-        before = index_totals(url)
+        before = counters(url)
         start = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
             usages = list(pool.map(send, prompts))
         wall = time.perf_counter() - start
-        index = {k: v - before[k] for k, v in index_totals(url).items()}
+        index = {k: v - before[k] for k, v in counters(url).items()}
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
@@ -165,7 +172,7 @@ def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: 
     cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
     output = sum(u["completion_tokens"] for u in usages)
     return {
-        "run": name,
+        "run": run,
         "workers": workers,
         "kv_tokens_per_worker": args.kv_tokens * (3 - workers),
         "wall_s": round(wall, 2),
@@ -178,18 +185,29 @@ def run_one(args: argparse.Namespace, name: str, prompts: list[list[int]], log: 
         # worker: one sent while the prefix it will reuse is still being computed).
         "index_hit_rate": round(index["predicted_tokens"] / prompt, 3),
         "index_mismatches": int(index["mismatches"]),
+        # Which rule of the policy sent the requests (minisgl_routing_decisions_total).
+        "decisions": {r: int(index[r]) for r in REASONS if index[r]},
     }
 
 
-def index_totals(url: str) -> dict[str, float]:
-    """The prefix index's counters from /metrics, summed over the workers."""
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    totals = {}
-    for name in ("requests", "predicted_tokens", "reported_tokens", "mismatches"):
-        series = f"minisgl_prefix_index_{name}_total{{"
-        totals[name] = sum(
-            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith(series)
+REASONS = ("prefix", "spread", "balance", "policy")
+
+
+def counters(url: str) -> dict[str, float]:
+    """The prefix index's counters and the routing decisions by reason from /metrics,
+    summed over the workers."""
+    lines = requests.get(f"{url}/metrics", timeout=10).text.splitlines()
+
+    def total(prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix))
+
+    totals = {name: total(f"minisgl_prefix_index_{name}_total{{")
+              for name in ("requests", "predicted_tokens", "reported_tokens", "mismatches")}
+    for reason in REASONS:
+        series = "minisgl_routing_decisions_total{"
+        totals[reason] = sum(
+            float(line.rsplit(" ", 1)[1]) for line in lines
+            if line.startswith(series) and f'reason="{reason}"' in line
         )
     return totals
 
@@ -198,21 +216,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         (
             "| run | workers | KV tokens each | wall s | req/s | prompt tok/s | output tok/s "
-            "| hit rate | index hit rate | index mismatches |"
+            "| hit rate | index hit rate | index mismatches | decisions |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['workers']} | {r['kv_tokens_per_worker']} | "
             f"{r['wall_s']} | {r['req_per_s']} | {r['prompt_tok_per_s']} | "
             f"{r['output_tok_per_s']} | {r['hit_rate']:.1%} | {r['index_hit_rate']:.1%} | "
-            f"{r['index_mismatches']} |"
+            f"{r['index_mismatches']} | "
+            + ", ".join(f"{k} {v}" for k, v in r["decisions"].items()) + " |"
         )
-    by = {r["run"]: r for r in rows}
-    if "cache_aware" in by and "round_robin" in by:
-        speedup = by["round_robin"]["wall_s"] / by["cache_aware"]["wall_s"]
-        lines.append(f"\ncache_aware / round_robin throughput: {speedup:.2f}x")
+    base = next((r for r in rows if r["run"] == "round_robin"), None)
+    for r in rows:
+        if base and r["run"].startswith("cache_aware"):
+            speedup = base["wall_s"] / r["wall_s"]
+            lines.append(f"\n{r['run']} / round_robin throughput: {speedup:.2f}x")
     return "\n".join(lines)
 
 
@@ -221,8 +241,9 @@ def main() -> None:
     prompts = make_prompts(args)
     out = Path(os.environ.get("OUT", "/tmp"))
     rows = []
-    for name in args.runs.split(","):
-        rows.append(run_one(args, name, prompts, out / f"routing-{name}.log"))
+    for i, run in enumerate(args.runs):
+        log = out / f"routing-{i}-{run.split()[0]}.log"
+        rows.append(run_one(args, run, prompts, log))
         print(json.dumps(rows[-1]), flush=True)
     if "OUT" in os.environ:
         (out / "routing.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::routing::policy::Thresholds;
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "minisgl-router",
@@ -45,6 +47,8 @@ pub struct Config {
     /// power_of_two (the less loaded of two random workers).
     #[arg(long, value_enum, default_value_t = RoutingPolicy::CacheAware)]
     pub routing_policy: RoutingPolicy,
+    #[command(flatten)]
+    pub cache_aware: Thresholds,
     /// Device of the spawned workers.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,

@@ -46,6 +46,35 @@ fn routing_policies_by_name() {
 }
 
 #[test]
+fn cache_aware_thresholds_default_and_bounds() {
+    use crate::routing::policy::Thresholds;
+    assert_eq!(parse(&[]).unwrap().cache_aware, Thresholds::default());
+    let c = parse(&[
+        "--cache-threshold",
+        "0.3",
+        "--balance-abs-threshold",
+        "64",
+        "--balance-rel-threshold",
+        "1.1",
+    ])
+    .unwrap();
+    let t = Thresholds {
+        cache_threshold: 0.3,
+        balance_abs_threshold: 64,
+        balance_rel_threshold: 1.1,
+    };
+    assert_eq!(c.cache_aware, t);
+    for (flag, value, says) in [
+        ("--cache-threshold", "1.5", "between 0 and 1"),
+        ("--balance-rel-threshold", "0.5", "at least 1"),
+        ("--balance-abs-threshold", "x", "--balance-abs-threshold"),
+    ] {
+        let err = parse(&[flag, value]).unwrap_err().to_string();
+        assert!(err.contains(says) && err.contains(flag), "{err}");
+    }
+}
+
+#[test]
 fn max_requests_must_be_positive() {
     assert_eq!(
         parse(&["--max-requests", "2"]).unwrap().max_requests.get(),

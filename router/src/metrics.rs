@@ -19,7 +19,8 @@
 //! went away); the router's own `minisgl_router_tasks` and `process_resident_memory_bytes`;
 //! and how exact the prefix index is (routing/index.rs), per worker: the tokens it holds
 //! (`minisgl_prefix_index_cached_tokens`), the requests compared, their predicted and
-//! reported cached tokens, and the requests where the two differed.
+//! reported cached tokens, and the requests where the two differed; and which rule of the
+//! routing policy sent how many requests where (`minisgl_routing_decisions_total`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -28,6 +29,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::api::admission::Admission;
+use crate::routing::decisions::Decisions;
 use crate::worker::{WorkerClient, WorkerState};
 
 /// Upper bounds in seconds; the last bucket is +Inf.
@@ -93,6 +95,8 @@ pub struct Metrics {
     pub generation_tokens: AtomicU64,
     /// Generations sent again to a worker after theirs failed before their first token.
     pub retries: AtomicU64,
+    /// The routing policy's picks, by worker and rule.
+    pub routing: Decisions,
 }
 
 impl Metrics {
@@ -173,6 +177,7 @@ impl Metrics {
         render_worker_states(&mut out, workers);
         render_workers(&mut out, workers);
         render_index(&mut out, workers);
+        self.routing.render(&mut out, workers);
         render_process(&mut out);
         out
     }

@@ -1,7 +1,7 @@
 //! What every handler shares: the model's tokenizer and template, the workers, the policy.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::select_all;
@@ -27,6 +27,8 @@ pub struct Shared {
     pub template: Option<ChatTemplate>,
     pub workers: Vec<WorkerClient>,
     pub policy: Box<dyn Policy>,
+    /// Held from a pick to the submission of its request (`route`).
+    pub routing: Mutex<()>,
     /// The smallest `max_context` the workers reported; 0 until they all are ready.
     pub max_context: AtomicU32,
     /// Unix time the router started (the `created` of /v1/models).
@@ -80,10 +82,25 @@ impl AppState {
     }
 
     pub fn pick_worker(&self, input_ids: &[u32]) -> Result<&WorkerClient, ApiError> {
-        self.policy
+        let pick = self
+            .policy
             .pick(&self.workers, input_ids)
-            .map(|i| &self.workers[i])
-            .ok_or_else(|| ApiError::Unavailable("no worker is ready".into()))
+            .ok_or_else(|| ApiError::Unavailable("no worker is ready".into()))?;
+        self.metrics.routing.record(pick);
+        Ok(&self.workers[pick.index])
+    }
+
+    /// Picks a worker for `input_ids` and runs `submit` on it under one lock, so that the
+    /// prompt is among the worker's routed prompts (and its in-flight count) before the next
+    /// request is routed: a burst of requests sharing a new prefix, arriving on several
+    /// threads at once, sees its first request's choice.
+    pub fn route<T>(
+        &self,
+        input_ids: &[u32],
+        submit: impl FnOnce(&WorkerClient) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let _routing = self.routing.lock().unwrap();
+        submit(self.pick_worker(input_ids)?)
     }
 
     /// A worker for `input_ids`, waiting up to `wait` for one to be ready when none is (a

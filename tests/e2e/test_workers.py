@@ -109,9 +109,24 @@ def shared_prefix_requests(server: Server, tag: str) -> tuple[list[int], int]:
     return prompt_tokens_after(server, before, sent), sent
 
 
+def routing_decisions(server: Server) -> dict[str, float]:
+    """minisgl_routing_decisions_total summed over the workers, by reason."""
+    totals: dict[str, float] = {}
+    for line in requests.get(f"{server.base_url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("minisgl_routing_decisions_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            totals[reason] = totals.get(reason, 0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def test_cache_aware_keeps_a_shared_prefix_on_one_worker(two_workers: Server) -> None:
+    before = routing_decisions(two_workers)
     delta, sent = shared_prefix_requests(two_workers, "cacheaware")
     assert sorted(delta) == [0, sent], delta
+    # The first request's prefix was new (spread), the three after it followed it (prefix).
+    after = routing_decisions(two_workers)
+    moved = {reason: after[reason] - before.get(reason, 0) for reason in after}
+    assert moved == {"prefix": 3, "spread": 1, "balance": 0, "policy": 0}, moved
 
 
 def test_workers_exit_when_the_router_is_killed(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -104,17 +104,27 @@ pub async fn start_n(
     };
     check_bias(&params.sampling.logit_bias, state.tokenizer.vocab_size())?;
     params.fit_to_context(input_ids.len(), state.max_context()?)?;
-    let worker = state.pick_worker(&input_ids)?;
     let prompt_ids = Arc::new(input_ids);
-    let mut copies = Vec::with_capacity(n as usize);
-    for i in 0..n {
+    let seeded = |i: u32| {
         let mut sampling = params.sampling.clone();
         sampling.seed = sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
-        let slot = slots.take().ok_or_else(|| {
-            ApiError::Internal("a generation started without an admission slot".into())
-        })?;
-        let mut request = worker.submit(prompt_ids.to_vec(), sampling.clone())?;
-        request.hold(slot);
+        sampling
+    };
+    let requests = state.route(&prompt_ids, |worker| {
+        (0..n)
+            .map(|i| {
+                let slot = slots.take().ok_or_else(|| {
+                    ApiError::Internal("a generation started without an admission slot".into())
+                })?;
+                let mut request = worker.submit(prompt_ids.to_vec(), seeded(i))?;
+                request.hold(slot);
+                Ok(request)
+            })
+            .collect::<Result<Vec<_>, ApiError>>()
+    })?;
+    let mut copies = Vec::with_capacity(n as usize);
+    for (i, request) in (0..n).zip(requests) {
+        let sampling = seeded(i);
         state
             .metrics
             .prompt_tokens

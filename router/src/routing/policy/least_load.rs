@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{ready_loads, Policy};
+use super::{by_policy, ready_loads, Pick, Policy};
 use crate::worker::WorkerClient;
 
 #[derive(Default)]
@@ -26,8 +26,8 @@ impl LeastLoad {
 }
 
 impl Policy for LeastLoad {
-    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<usize> {
-        self.pick_among(&ready_loads(workers))
+    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<Pick> {
+        by_policy(self.pick_among(&ready_loads(workers)))
     }
 }
 

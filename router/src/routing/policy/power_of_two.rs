@@ -6,7 +6,7 @@
 
 use rand::RngExt;
 
-use super::{ready_loads, Policy};
+use super::{by_policy, ready_loads, Pick, Policy};
 use crate::worker::WorkerClient;
 
 pub struct PowerOfTwo;
@@ -29,9 +29,11 @@ fn pick_among(loads: &[(usize, usize)], mut draw: impl FnMut(usize) -> usize) ->
 }
 
 impl Policy for PowerOfTwo {
-    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<usize> {
+    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<Pick> {
         let mut rng = rand::rng();
-        pick_among(&ready_loads(workers), |n| rng.random_range(0..n))
+        by_policy(pick_among(&ready_loads(workers), |n| {
+            rng.random_range(0..n)
+        }))
     }
 }
 

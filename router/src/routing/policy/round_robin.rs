@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::Policy;
+use super::{by_policy, Pick, Policy};
 use crate::worker::WorkerClient;
 
 #[derive(Default)]
@@ -22,9 +22,9 @@ impl RoundRobin {
 }
 
 impl Policy for RoundRobin {
-    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<usize> {
+    fn pick(&self, workers: &[WorkerClient], _input_ids: &[u32]) -> Option<Pick> {
         let ready: Vec<bool> = workers.iter().map(WorkerClient::is_ready).collect();
-        self.pick_among(&ready)
+        by_policy(self.pick_among(&ready))
     }
 }
 
