@@ -22,9 +22,13 @@
 //! `CacheAwareConfig::default()` (src/policies/mod.rs) has cache 0.5, balance 32 absolute,
 //! 1.1 relative; its launcher's flags (src/main.rs) default to 0.3, 64 and 1.5. Its load is
 //! the same quantity as ours, requests in flight from the router. We keep 0.5 (a worker
-//! must hold half the prompt to be worth queueing behind), 32 (below a worker's batch of
-//! running requests, so a hot prefix spills over before its worker queues), and 1.5 (the
-//! launcher's: 1.1 would break affinity at every small imbalance between two workers).
+//! must hold half the prompt to be worth queueing behind), the launcher's 64 and 1.5. Why
+//! 64 and not 32: when a worker ends a batch of requests together, its in-flight count
+//! drops by that batch at once while the freed clients' next requests spread over every
+//! worker, so two workers with 128 in flight swing by about 32 in normal operation. On one
+//! H200 (benches/routing.py, two workers, 128 in flight, RESULTS.md) 32 broke affinity for
+//! 67 of 512 requests (hit rate 68%, 1.33x round robin), 64 for 18 (84%, 1.71x), and no
+//! balance at all gave 86% and 1.65x; 1.1 relative would break it at every small swing.
 
 use super::{Pick, Policy, Reason};
 use crate::routing::index::PrefixMatch;
@@ -39,7 +43,7 @@ pub struct Thresholds {
     pub cache_threshold: f64,
     /// cache_aware: load is imbalanced, and the idlest worker gets the request whatever it
     /// holds, when the busiest has more than this many requests in flight beyond it ...
-    #[arg(long, value_name = "N", default_value_t = 32)]
+    #[arg(long, value_name = "N", default_value_t = 64)]
     pub balance_abs_threshold: usize,
     /// ... and more than this many times as many (at least 1).
     #[arg(long, value_name = "RATIO", default_value_t = 1.5, value_parser = ratio)]
@@ -50,7 +54,7 @@ impl Default for Thresholds {
     fn default() -> Self {
         Self {
             cache_threshold: 0.5,
-            balance_abs_threshold: 32,
+            balance_abs_threshold: 64,
             balance_rel_threshold: 1.5,
         }
     }
