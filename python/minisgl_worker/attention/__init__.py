@@ -27,11 +27,14 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
 
 
 def create_attention_backend(
-    name: str, kv_pool: MHAKVPool, page_table: torch.Tensor, scale: float, num_qo_heads: int
+    name: str, kv_pool: MHAKVPool, page_table: torch.Tensor, scale: float, num_qo_heads: int,
+    dtype: torch.dtype,
 ) -> BaseAttnBackend:
+    """dtype: the model's (the queries'); the pool may hold FP8 instead. The torch-native
+    backend takes it from each batch's q."""
     name = resolve_backend_name(name, kv_pool.k.device)
     if name == "flashinfer":
         from .flashinfer_backend import FlashInferBackend
 
-        return FlashInferBackend(kv_pool, page_table, scale, num_qo_heads)
+        return FlashInferBackend(kv_pool, page_table, scale, num_qo_heads, dtype=dtype)
     return TorchNativeBackend(kv_pool, page_table, scale)

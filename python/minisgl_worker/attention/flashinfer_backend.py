@@ -3,7 +3,8 @@ lazily, never on the CPU path): `FlashInferBackend` takes the same inputs as
 `TorchNativeBackend` plus the query head count, turns each batch's page-table rows into
 FlashInfer's paged-KV metadata (`paged_kv_meta`) and runs the kernels of
 flashinfer_kernels.py (and, for mixed graphs, mixed_graph.py) over the pool's per-layer
-caches: the kernels the batch's route names (engine/route.py).
+caches: the kernels the batch's route names (engine/route.py). An FP8 pool is written with
+each layer's scales (rope_store.py) and read with them (`FlashInferPagedAttention.run`).
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ class FlashInferBackend(GraphAttnBackend):
 
     def __init__(
         self, kv_pool: MHAKVPool, page_table: torch.Tensor, scale: float, num_qo_heads: int,
-        prefill_backend: PrefillBackend = "auto",
+        prefill_backend: PrefillBackend = "auto", dtype: torch.dtype | None = None,
     ) -> None:
+        """dtype: the model's (q's); None: the pool's, which must then not be FP8."""
         num_kv_heads, head_dim = kv_pool.k.shape[3:]
+        assert dtype is not None or not kv_pool.quantized, "an FP8 pool needs the model dtype"
         self.kv_pool = kv_pool
         self.page_table = page_table
         self.attn = FlashInferPagedAttention(
-            num_qo_heads, num_kv_heads, head_dim, kv_pool.page_size, kv_pool.k.dtype,
+            num_qo_heads, num_kv_heads, head_dim, kv_pool.page_size, dtype or kv_pool.dtype,
             kv_pool.k.device, sm_scale=scale, prefill_backend=prefill_backend,
+            kv_dtype=kv_pool.dtype,
         )
         self.mixed_graph: MixedGraphAttention | None = None
         self._graph_break: GraphBreak | None = None  # capturing piecewise graphs
@@ -100,7 +104,11 @@ class FlashInferBackend(GraphAttnBackend):
         q = rope_and_store(self.kv_pool, layer_id, batch.out_loc, q, k, v, rope)
         # q may be a strided view of the fused qkv output (in-place RoPE): FlashInfer's
         # kernels take its row and head strides, so it is not copied.
-        return self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id])
+        pool = self.kv_pool
+        return self.attn.run(q, pool.k[layer_id], pool.v[layer_id],
+                             scales=pool.scales(layer_id))
 
     def attend(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
-        self.attn.run(q, self.kv_pool.k[layer_id], self.kv_pool.v[layer_id], out=out)
+        pool = self.kv_pool
+        self.attn.run(q, pool.k[layer_id], pool.v[layer_id], out=out,
+                      scales=pool.scales(layer_id))

@@ -18,6 +18,11 @@ A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always s
 merges), so the sizes in `whole_kv_sizes` get a second variant that reads each request's KV
 in one piece: our Triton kernel (triton_decode.py), which starts the longest requests first.
 
+The KV caches may hold FP8 (e4m3, `kv_dtype`) with the query in bf16/fp16: every kernel
+here reads it (FlashInfer's FA2 and decode kernels upcast it; FA3 would need an FP8 query,
+so prefill runs on FA2), and `run` takes the layer's K and V scales (FlashInfer folds K's
+into the softmax scale and multiplies the output by V's).
+
 All wrappers share one float workspace and one device int workspace (`Workspace`, given to
 each through FlashInfer's `reset_workspace_buffer`), except the decode half of a
 DECODE_THEN_PREFILL batch, whose plan lives beside the prefill half's and so has its own.
@@ -46,12 +51,15 @@ if TYPE_CHECKING:
 PrefillBackend = Literal["auto", "fa2", "fa3"]
 
 
-def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device) -> str:
-    """"auto": FA3 (Hopper wgmma kernels) on SM90 for the head dims it instantiates, else FA2."""
+def resolve_prefill_backend(backend: PrefillBackend, head_dim: int, device: torch.device,
+                            fp8_kv: bool = False) -> str:
+    """"auto": FA3 (Hopper wgmma kernels) on SM90 for the head dims it instantiates, else FA2;
+    always FA2 over an FP8 KV cache (FlashInfer's FA3 reads FP8 KV only with an FP8 query)."""
+    assert not (fp8_kv and backend == "fa3"), "FA3 cannot read an FP8 KV cache with a bf16 query"
     if backend != "auto":
         return backend
     sm90 = torch.cuda.get_device_capability(device) == (9, 0)
-    return "fa3" if sm90 and head_dim in (64, 128, 256) else "fa2"
+    return "fa3" if sm90 and head_dim in (64, 128, 256) and not fp8_kv else "fa2"
 
 
 def tensor_core_decode(num_qo_heads: int, num_kv_heads: int) -> bool:
@@ -70,16 +78,20 @@ class FlashInferPagedAttention:
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
         dtype: torch.dtype, device: torch.device, *, sm_scale: float | None = None,
         prefill_backend: PrefillBackend = "auto", decode_backend: PrefillBackend = "fa2",
-        kv_layout: str = "NHD",
+        kv_layout: str = "NHD", kv_dtype: torch.dtype | None = None,
     ) -> None:
+        """dtype: the query's and output's; kv_dtype: the caches' (default dtype; or FP8)."""
         import flashinfer
 
         assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
         self.num_qo_heads, self.num_kv_heads = num_qo_heads, num_kv_heads
         self.head_dim, self.page_size = head_dim, page_size
         self.dtype, self.device = dtype, torch.device(device)
+        self.kv_dtype = kv_dtype or dtype
+        assert self.kv_dtype in (dtype, torch.float8_e4m3fn), (dtype, self.kv_dtype)
         self.sm_scale = sm_scale if sm_scale is not None else head_dim**-0.5
-        self.prefill_backend = resolve_prefill_backend(prefill_backend, head_dim, self.device)
+        self.prefill_backend = resolve_prefill_backend(prefill_backend, head_dim, self.device,
+                                                       self.kv_dtype != dtype)
         self.use_tensor_cores = tensor_core_decode(num_qo_heads, num_kv_heads)
         assert decode_backend == "fa2" or self.use_tensor_cores, "fa3 decode needs tensor cores"
         self.decode_backend, self.kv_layout = decode_backend, kv_layout
@@ -158,7 +170,7 @@ class FlashInferPagedAttention:
         wrapper.plan(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads,
             self.num_kv_heads, self.head_dim, self.page_size, causal=True,
-            sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+            sm_scale=self.sm_scale, q_data_type=self.dtype, kv_data_type=self.kv_dtype,
         )
         self._active = wrapper
 
@@ -169,7 +181,7 @@ class FlashInferPagedAttention:
         wrapper.plan(
             kv_indptr, kv_indices, kv_last_page_len, self.num_qo_heads, self.num_kv_heads,
             self.head_dim, self.page_size, sm_scale=self.sm_scale, q_data_type=self.dtype,
-            kv_data_type=self.dtype, disable_split_kv=not split_kv,
+            kv_data_type=self.kv_dtype, disable_split_kv=not split_kv,
         )
         self._active = wrapper
 
@@ -179,19 +191,23 @@ class FlashInferPagedAttention:
 
     def run(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-        out: torch.Tensor | None = None,
+        out: torch.Tensor | None = None, scales: tuple[float, float] | None = None,
     ) -> torch.Tensor:
         """q (T, Hq, D), row order as in the plan; k_cache/v_cache one layer's pages, with the
-        batch's new tokens already stored -> (T, Hq, D). Capturable after `plan_cuda_graph`."""
+        batch's new tokens already stored -> (T, Hq, D). `scales`: the layer's (K scale,
+        V scale) when the caches are FP8 (stored = value / scale), else None. Capturable
+        after `plan_cuda_graph` (the scales are constants of the captured launches)."""
         assert self._active is not None, "plan() a batch first"
+        assert (scales is not None) == (k_cache.dtype != q.dtype), (k_cache.dtype, scales)
+        kw = {} if scales is None else {"k_scale": scales[0], "v_scale": scales[1]}
         if out is None:  # FlashInfer's prefill wrappers would zero it: a fill kernel a layer
             out = torch.empty((q.shape[0], self.num_qo_heads, self.head_dim), dtype=q.dtype,
                               device=q.device)
         d = self._num_decode_rows
         if not d:
-            return self._active.run(q, (k_cache, v_cache), out=out)
-        self._mixed_decode.run(q[:d], (k_cache, v_cache), out=out[:d])
-        self._prefill.run(q[d:], (k_cache, v_cache), out=out[d:])
+            return self._active.run(q, (k_cache, v_cache), out=out, **kw)
+        self._mixed_decode.run(q[:d], (k_cache, v_cache), out=out[:d], **kw)
+        self._prefill.run(q[d:], (k_cache, v_cache), out=out[d:], **kw)
         return out
 
     def init_cuda_graphs(
@@ -261,8 +277,8 @@ class FlashInferPagedAttention:
         from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
         from flashinfer.jit.attention import modules
 
-        args = (self.dtype, self.dtype, self.dtype, torch.int32, self.head_dim, self.head_dim,
-                0, False, False)  # no RoPE in the kernel, no window, no soft cap
+        args = (self.dtype, self.kv_dtype, self.dtype, torch.int32, self.head_dim,
+                self.head_dim, 0, False, False)  # no RoPE in the kernel, no window, no soft cap
         # FA2 loads its equal-stride "primary" module (k and v caches share strides here).
         fa2 = getattr(modules, "_gen_batch_prefill_primary_module", gen_batch_prefill_module)
         prefill = {self.prefill_backend} | ({"fa2"} if self.use_tensor_cores else set())

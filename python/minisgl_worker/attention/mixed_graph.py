@@ -78,6 +78,6 @@ class MixedGraphAttention:
                 self._gathered[: int(kv_indptr[-1])], torch.from_numpy(last),
                 attn.num_qo_heads, attn.num_kv_heads, attn.head_dim, attn.page_size,
                 causal=True, sm_scale=attn.sm_scale, q_data_type=attn.dtype,
-                kv_data_type=attn.dtype, disable_split_kv=True,
+                kv_data_type=attn.kv_dtype, disable_split_kv=True,
             )
         attn.activate(wrapper)

@@ -1,6 +1,7 @@
 """RoPE and the KV store, as an attention backend runs them before it attends: fused into
 one kernel per layer when the model's rotary embedding was built fused (CUDA, store.py),
-else torch ops (and one Triton launch for the store on CUDA)."""
+else torch ops (and one Triton launch for the store on CUDA). An FP8 pool is written with
+the layer's scales, by the same kernels on CUDA and by torch ops (quant.py) on CPU."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from .base import Rope
 
 def store(pool: MHAKVPool, layer: int, loc: torch.Tensor, k: torch.Tensor,
           v: torch.Tensor) -> None:
-    """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py) when
-    the pool holds the model's dtype; else (CPU, FP8) quantized by torch ops (quant.py)."""
-    if k.is_cuda and pool.dtype == k.dtype:
+    """loc (T,) slots; k, v (T, Hkv, D). On CUDA one fused Triton launch (store.py); on CPU
+    torch ops (quantized by quant.py when the pool is FP8)."""
+    if k.is_cuda:
         from .store import store_kv
 
-        store_kv(pool.k[layer], pool.v[layer], loc, k, v)
+        store_kv(pool.k[layer], pool.v[layer], loc, k, v, pool.scales(layer))
     else:
         pool.k_slots(layer)[loc] = to_cache(k, pool.dtype, pool.k_scale[layer])
         pool.v_slots(layer)[loc] = to_cache(v, pool.dtype, pool.v_scale[layer])
@@ -40,12 +41,12 @@ def rope_and_store(pool: MHAKVPool, layer: int, loc: torch.Tensor, q: torch.Tens
         return q
     from .store import rope_store_kv
 
-    assert rope.rotary.cos_sin is not None and pool.dtype == q.dtype, "fused store: model dtype"
+    assert rope.rotary.cos_sin is not None, "the fused kernel reads the cos | sin cache"
     norm = None
     if rope.qk_norm is not None:
         q_norm, k_norm = rope.qk_norm
         assert q_norm.eps == k_norm.eps, (q_norm.eps, k_norm.eps)
         norm = (q_norm.weight, k_norm.weight, q_norm.eps)
     rope_store_kv(pool.k[layer], pool.v[layer], loc, rope.positions, rope.rotary.cos_sin, q,
-                  k, v, norm, q_out)
+                  k, v, norm, q_out, pool.scales(layer))
     return q if q_out is None else q_out

@@ -1,6 +1,11 @@
 """Writing a layer's new k and v into the paged pool on CUDA: one Triton program per token
 copies its k row and its v row to its slot, one launch per layer. The torch way (two
-indexed copies) is two launches of ~3.4 us each, 28-32 layers per decode step."""
+indexed copies) is two launches of ~3.4 us each, 28-32 layers per decode step.
+
+An FP8 pool (`scales` given: the layer's K and V scales) gets each value divided by its
+scale and saturated to e4m3's range before the cast, as kvcache/quant.py's `to_cache` does
+on CPU (a bare cast would turn out-of-range values into NaN); the rotated k is quantized
+straight from float32, without a round trip through the model's dtype."""
 
 from __future__ import annotations
 
@@ -8,12 +13,26 @@ import torch
 import triton
 import triton.language as tl
 
+from ..kvcache.quant import FP8_MAX
 from ..pdl import launches_pdl
+
+_FP8_MAX = tl.constexpr(FP8_MAX)
+Scales = tuple[float, float] | None  # an FP8 pool's (K scale, V scale) of the layer
+
+
+@triton.jit
+def _to_cache(x, scale, dst_ptr, QUANT: tl.constexpr):
+    """Values x -> the cache's element type at dst_ptr: divided by `scale` and saturated to
+    e4m3's range first when QUANT."""
+    if QUANT:
+        x = tl.clamp(x.to(tl.float32) / scale, -_FP8_MAX, _FP8_MAX)
+    return x.to(dst_ptr.dtype.element_ty)
 
 
 @triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, k_stride, v_stride, k_cache_ptr, v_cache_ptr, loc_ptr,
-                     ROW: tl.constexpr, BLOCK: tl.constexpr):
+                     k_scale, v_scale, ROW: tl.constexpr, BLOCK: tl.constexpr,
+                     QUANT: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(loc_ptr + t).to(tl.int64)
     for start in tl.static_range(0, ROW, BLOCK):
@@ -21,23 +40,37 @@ def _store_kv_kernel(k_ptr, v_ptr, k_stride, v_stride, k_cache_ptr, v_cache_ptr,
         mask = cols < ROW
         k = tl.load(k_ptr + t * k_stride + cols, mask=mask)
         v = tl.load(v_ptr + t * v_stride + cols, mask=mask)
-        tl.store(k_cache_ptr + slot * ROW + cols, k, mask=mask)
-        tl.store(v_cache_ptr + slot * ROW + cols, v, mask=mask)
+        tl.store(k_cache_ptr + slot * ROW + cols,
+                 _to_cache(k, k_scale, k_cache_ptr, QUANT), mask=mask)
+        tl.store(v_cache_ptr + slot * ROW + cols,
+                 _to_cache(v, v_scale, v_cache_ptr, QUANT), mask=mask)
+
+
+def _check_quant(k_cache: torch.Tensor, v_cache: torch.Tensor, dtype: torch.dtype,
+                 scales: Scales) -> tuple[float, float]:
+    """The caches hold `dtype` (no scales) or FP8 (scales given) -> the scales to pass."""
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    assert v_cache.dtype == k_cache.dtype and (fp8 or k_cache.dtype == dtype), (
+        k_cache.dtype, dtype)
+    assert fp8 == (scales is not None), f"FP8 caches take scales; got {scales}"
+    return scales or (1.0, 1.0)
 
 
 def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor) -> None:
+             v: torch.Tensor, scales: Scales = None) -> None:
     """k, v (T, Hkv, D), each token's heads contiguous (views of a fused qkv output are
-    fine) -> one layer's caches (pages, page_size, Hkv, D) at slots `loc` (T,).
-    CUDA-graph safe."""
+    fine) -> one layer's caches (pages, page_size, Hkv, D) at slots `loc` (T,), quantized
+    with `scales` when the caches are FP8. CUDA-graph safe."""
     tokens, heads, dim = k.shape
     row = heads * dim
     assert v.shape == k.shape and k_cache.shape[2:] == (heads, dim) and k_cache.is_contiguous()
     assert v_cache.is_contiguous() and k.stride()[1:] == v.stride()[1:] == (dim, 1)
+    k_scale, v_scale = _check_quant(k_cache, v_cache, k.dtype, scales)
     if tokens:
         block = min(triton.next_power_of_2(row), 4096)
         _store_kv_kernel[(tokens,)](k, v, k.stride(0), v.stride(0), k_cache, v_cache, loc,
-                                    ROW=row, BLOCK=block, num_warps=4)
+                                    k_scale, v_scale, ROW=row, BLOCK=block,
+                                    QUANT=scales is not None, num_warps=4)
 
 
 @triton.jit
@@ -58,9 +91,9 @@ def _norm_rope(x_lo, w_ptr, cos, sin, eps, mask, D: tl.constexpr, NORM: tl.const
 def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_out_ptr, q_stride, k_stride, v_stride,
                        q_out_stride, pos_ptr, cos_sin_ptr,
                        k_cache_ptr, v_cache_ptr, loc_ptr, q_norm_ptr, k_norm_ptr, eps,
-                       HQ: tl.constexpr, HKV: tl.constexpr, HQ_P2: tl.constexpr,
-                       HKV_P2: tl.constexpr, D: tl.constexpr, NORM: tl.constexpr,
-                       PDL: tl.constexpr):
+                       k_scale, v_scale, HQ: tl.constexpr, HKV: tl.constexpr,
+                       HQ_P2: tl.constexpr, HKV_P2: tl.constexpr, D: tl.constexpr,
+                       NORM: tl.constexpr, QUANT: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(loc_ptr + t).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -78,29 +111,30 @@ def _rope_store_kernel(q_ptr, k_ptr, v_ptr, q_out_ptr, q_stride, k_stride, v_str
     dst_q = q_out_ptr + t * q_out_stride + hq * D + half[None, :]
     tl.store(dst_q, q1.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
     tl.store(dst_q + D // 2, q2.to(q_out_ptr.dtype.element_ty), mask=hq < HQ)
-    # k: rotated into the cache slot; v: copied
+    # k: rotated into the cache slot; v: copied (both quantized when QUANT)
     hk = tl.arange(0, HKV_P2)[:, None]
     k_lo = k_ptr + t * k_stride + hk * D + half[None, :]
     k1, k2 = _norm_rope(k_lo, k_norm_ptr, cos, sin, eps, hk < HKV, D, NORM)
     dst = k_cache_ptr + slot * HKV * D + hk * D + half[None, :]
-    tl.store(dst, k1.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
-    tl.store(dst + D // 2, k2.to(k_cache_ptr.dtype.element_ty), mask=hk < HKV)
+    tl.store(dst, _to_cache(k1, k_scale, k_cache_ptr, QUANT), mask=hk < HKV)
+    tl.store(dst + D // 2, _to_cache(k2, k_scale, k_cache_ptr, QUANT), mask=hk < HKV)
     cols = hk * D + tl.arange(0, D)[None, :]
     v = tl.load(v_ptr + t * v_stride + cols, mask=hk < HKV)
-    tl.store(v_cache_ptr + slot * HKV * D + cols, v, mask=hk < HKV)
+    tl.store(v_cache_ptr + slot * HKV * D + cols, _to_cache(v, v_scale, v_cache_ptr, QUANT),
+             mask=hk < HKV)
 
 
 def rope_store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor,
                   positions: torch.Tensor, cos_sin: torch.Tensor, q: torch.Tensor,
                   k: torch.Tensor, v: torch.Tensor,
                   qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None,
-                  q_out: torch.Tensor | None = None) -> None:
+                  q_out: torch.Tensor | None = None, scales: Scales = None) -> None:
     """RoPE (neox layout, `cos_sin` (P, D) fp32: cos | sin) on q, into `q_out` (default: q
     in place), and on k on its way into the cache, v copied: one launch per layer instead of
     RoPE's and `store_kv`'s. qk_norm (q weight (D,), k weight (D,), eps): RMS-normalize each
     head of q and k first (Qwen3), saving two more launches. q, q_out (T, Hq, D), k, v
-    (T, Hkv, D), each token's heads contiguous (views of a fused qkv output are fine).
-    CUDA-graph safe."""
+    (T, Hkv, D), each token's heads contiguous (views of a fused qkv output are fine); k and
+    v quantized with `scales` when the caches are FP8. CUDA-graph safe."""
     tokens, hq, dim = q.shape
     hkv = k.shape[1]
     q_out = q if q_out is None else q_out
@@ -109,11 +143,13 @@ def rope_store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tenso
     assert q_out.shape == q.shape and q_out.stride()[1:] == (dim, 1)
     assert q.stride()[1:] == k.stride()[1:] == v.stride()[1:] == (dim, 1)
     assert dim & (dim - 1) == 0, f"head_dim {dim} must be a power of two"
+    k_scale, v_scale = _check_quant(k_cache, v_cache, q.dtype, scales)
     q_w, k_w, eps = qk_norm if qk_norm is not None else (cos_sin, cos_sin, 0.0)  # unread
     if tokens:
         pdl = launches_pdl(q.device)
         _rope_store_kernel[(tokens,)](
             q, k, v, q_out, q.stride(0), k.stride(0), v.stride(0), q_out.stride(0), positions,
-            cos_sin, k_cache, v_cache, loc, q_w, k_w, eps, HQ=hq, HKV=hkv,
+            cos_sin, k_cache, v_cache, loc, q_w, k_w, eps, k_scale, v_scale, HQ=hq, HKV=hkv,
             HQ_P2=triton.next_power_of_2(hq), HKV_P2=triton.next_power_of_2(hkv), D=dim,
-            NORM=qk_norm is not None, PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}))
+            NORM=qk_norm is not None, QUANT=scales is not None, PDL=pdl, num_warps=4,
+            **({"launch_pdl": True} if pdl else {}))

@@ -10,6 +10,9 @@ workload's steps (Qwen3-0.6B's layout, page 16; benches/kernels/triton_decode.py
 3.77 vs 3.61 TB/s at 256 requests, 3.73 vs 3.65 at 153, and 75.6 vs 87.5 us (FlashInfer
 split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
 (benches/kernels/read_floor.py).
+
+An FP8 pool's tiles are upcast to the query's dtype as they are loaded (e4m3 -> bf16 is
+exact), its K scale folded into the softmax scale and its V scale applied to the output.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2,
+def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2, v_scale,
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
@@ -111,8 +114,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
         t = t0 + tl.arange(0, BLOCK_T)
         valid = t < kv_len
         k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
+        k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the pool is FP8
         m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
-    store_output(out_ptr, acc, l_i, b, heads, rows, HKV * GROUP, D)
+    store_output(out_ptr, acc * v_scale, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def supports(head_dim: int) -> bool:
@@ -146,20 +150,22 @@ class WholeKVDecode:
         self._meta.copy_(to_device(meta, self._meta.device, torch.int32))
 
     def run(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-            out: torch.Tensor | None = None) -> torch.Tensor:
+            out: torch.Tensor | None = None, k_scale: float = 1.0,
+            v_scale: float = 1.0) -> torch.Tensor:
         """q (bs, Hq, D), rows and heads strided as given (the last dim contiguous); kv_cache
-        one layer's k and v, each (pages, page_size, Hkv, D) -> out (bs, Hq, D), contiguous.
-        (FlashInfer's wrappers' signature.)"""
+        one layer's k and v, each (pages, page_size, Hkv, D), in q's dtype or FP8 holding
+        value / scale -> out (bs, Hq, D), contiguous. (FlashInfer's wrappers' signature.)"""
         k_cache, v_cache = kv_cache
         assert q.shape == (self.bs, self.hq, self.d) and q.stride(2) == 1, q.shape
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        assert k_cache.dtype in (q.dtype, torch.float8_e4m3fn), (k_cache.dtype, q.dtype)
         if out is None:
             out = torch.empty((self.bs, self.hq, self.d), dtype=q.dtype, device=q.device)
         assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
         group, pdl = self.hq // self.hkv, launches_pdl(q.device)
         _decode_kernel[(self.bs, self.hkv)](
-            q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2,
-            q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
+            q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2 * k_scale,
+            v_scale, q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
             GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
             BLOCK_T=BLOCK_T, PDL=pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
             **({"launch_pdl": True} if pdl else {}))

@@ -35,8 +35,8 @@ class EngineConfig:
     # The GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with PDL
     # by size, layers/gemm.py) | cublas (everywhere).
     gemm: str = "auto"
-    # KV cache storage: auto (the model's dtype) | fp8_e4m3 (per-tensor scale; half the
-    # bytes of bf16; torch-native attention only for now).
+    # KV cache storage: auto (the model's dtype) | fp8_e4m3 (a scale per layer for K and for
+    # V, kvcache/quant.py; half the bytes of bf16), on every attention backend.
     kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:

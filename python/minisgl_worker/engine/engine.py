@@ -4,7 +4,8 @@ without waiting for them (`ForwardOutput.tokens()` waits); the scheduler owns th
 
 Construction reads in the order things are decided: the route table (which graphs exist;
 route.py), the kernels the model is built with (kernels.py), the model, the KV pool sized
-by what is left (memory.py; an FP8 pool's scales from kv_scales.py), the attention backend, and the graphs (graphs/). A batch then
+by what is left (memory.py; an FP8 pool's scales from kv_scales.py), the attention backend,
+and the graphs (graphs/). A batch then
 takes one route (`RouteTable.route`) and that route's runner runs it. On CPU everything is
 torch-native and eager."""
 
@@ -62,16 +63,13 @@ class Engine:
         self.page_size = config.resolve_page_size()
         self.backend_name = resolve_backend_name(config.attention_backend, device)
         self.kv_dtype = config.resolve_kv_dtype(self.dtype)
-        assert self.kv_dtype == self.dtype or self.backend_name == "torch", (
-            f"kv_cache_dtype={config.kv_cache_dtype} runs on torch-native attention only "
-            f"(--attention-backend torch); this engine's is {self.backend_name}")
         fused = fused_kernels(self.backend_name, self.dtype)
         gpu = Gpu.of(device) if device.type == "cuda" else None
         self.routes: RouteTable = build_table(config, rcfg, self.backend_name == "flashinfer",
                                               fused, gpu, self.max_running)
         sizes = self.routes.sizes
-        self.kernels = choose_kernels(rcfg, fused, self.dtype, device, self.page_size,
-                                      sizes.decode, config.gemm)
+        self.kernels = choose_kernels(rcfg, fused, self.dtype, self.kv_dtype, device,
+                                      self.page_size, sizes.decode, config.gemm)
         self.model = create_model(config.model_path, cfg, self.dtype, device,
                                   config.load_format, self.kernels)
         num_pages = self._num_pages()
@@ -87,7 +85,7 @@ class Engine:
                                       device=device)
         self.attn_backend = create_attention_backend(
             self.backend_name, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
-            rcfg.num_heads,
+            rcfg.num_heads, self.dtype,
         )
         self.sampler = Sampler(list(cfg.eos_token_ids), device)
         # The last sampled token of each request slot: a decode's input when the host does

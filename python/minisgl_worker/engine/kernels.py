@@ -27,16 +27,19 @@ def fused_kernels(backend_name: str, dtype: torch.dtype) -> bool:
     return backend_name == "flashinfer" and dtype != torch.float32
 
 
-def choose_kernels(cfg: ModelConfig, fused: bool, dtype: torch.dtype, device: torch.device,
-                   page_size: int, decode_sizes: list[int], gemm_option: str) -> Kernels:
-    """decode_sizes: the decode graphs' batch sizes, at which the GEMMs are chosen."""
+def choose_kernels(cfg: ModelConfig, fused: bool, dtype: torch.dtype, kv_dtype: torch.dtype,
+                   device: torch.device, page_size: int, decode_sizes: list[int],
+                   gemm_option: str) -> Kernels:
+    """kv_dtype: the KV pool's (the attention kernels built read it); decode_sizes: the
+    decode graphs' batch sizes, at which the GEMMs are chosen."""
     assert gemm_option in GEMMS, f"unknown gemm {gemm_option!r} (one of {GEMMS})"
     if not fused:
         return Kernels()
     spec = None
     if gemm_option == "auto" and decode_sizes and gemm.supported(device, dtype):
         spec = gemm.jit_spec()
-    if not _build_jit(cfg, page_size, dtype, device, [spec] if spec else []) or spec is None:
+    if not _build_jit(cfg, page_size, dtype, kv_dtype, device,
+                      [spec] if spec else []) or spec is None:
         return Kernels(fused=True)
     from flashinfer.jit import env as jit_env
 
@@ -50,8 +53,8 @@ def choose_kernels(cfg: ModelConfig, fused: bool, dtype: torch.dtype, device: to
     return Kernels(fused=True, gemm=choice)
 
 
-def _build_jit(cfg: ModelConfig, page_size: int, dtype: torch.dtype, device: torch.device,
-               optional: list[JitSpec]) -> bool:
+def _build_jit(cfg: ModelConfig, page_size: int, dtype: torch.dtype, kv_dtype: torch.dtype,
+               device: torch.device, optional: list[JitSpec]) -> bool:
     """Compile every FlashInfer module the engine uses, and the `optional` JIT specs, in one
     parallel ninja run (restored AOT modules are skipped), before any first use compiles
     them one by one. Returns whether the optional ones were built."""
@@ -60,9 +63,12 @@ def _build_jit(cfg: ModelConfig, page_size: int, dtype: torch.dtype, device: tor
     from ..layers import cuda_ops
 
     t0 = time.perf_counter()
-    attn = FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, page_size,
-                                    dtype, device)
-    built = build_jit_optional(attn.jit_specs() + cuda_ops.jit_specs(), optional)
-    del attn
+    specs = cuda_ops.jit_specs()
+    # An FP8 pool's kernels, and the model dtype's too: the memory profile and the FP8
+    # scales' calibration (engine/memory.py, kv_scales.py) run on a model-dtype pool.
+    for kv in {dtype, kv_dtype}:
+        specs += FlashInferPagedAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                                          page_size, dtype, device, kv_dtype=kv).jit_specs()
+    built = build_jit_optional(specs, optional)
     logger.info("FlashInfer modules ready in %.1f s", time.perf_counter() - t0)
     return built

@@ -61,7 +61,7 @@ def scratch_forward(
         reqs.append(req)
         start += p * page_size
     backend = create_attention_backend(backend_name, pool, table, cfg.head_dim**-0.5,
-                                       cfg.num_heads)
+                                       cfg.num_heads, dtype)
     total = sum(extend_lens)
     ids = input_ids if input_ids is not None else torch.zeros(total, dtype=torch.long)
     batch = Batch(reqs=reqs, input_ids=ids.to(device),

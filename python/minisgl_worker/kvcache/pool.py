@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .quant import FP8
+
 
 class MHAKVPool:
     def __init__(
@@ -28,6 +30,16 @@ class MHAKVPool:
         self.num_pages = num_pages  # usable pages; the allocator's
         self.page_size = page_size
         self.dummy_page = num_pages
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the pool stores FP8, scaled (else the model's dtype, as is)."""
+        return self.dtype == FP8
+
+    def scales(self, layer: int) -> tuple[float, float] | None:
+        """Layer `layer`'s (K scale, V scale) when the pool is FP8, else None: what the
+        store kernels and the attention kernels take."""
+        return (self.k_scale[layer], self.v_scale[layer]) if self.quantized else None
 
     @property
     def num_slots(self) -> int:

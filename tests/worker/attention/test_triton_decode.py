@@ -1,10 +1,13 @@
 """The whole-KV Triton decode kernel (attention/triton_decode.py) against a float32 torch
 reference, on CPU through Triton's interpreter (in a subprocess: TRITON_INTERPRET must be set
 before the kernel is defined). float16, because the interpreter mishandles bf16 dots. The
-GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's whole-KV case."""
+GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's whole-KV case.
+Each case runs over an FP8 pool too (values stored / scale; the reference reads them back
+through kvcache/quant.py), as tests/gpu/test_fp8_kv.py does on the GPU."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -26,11 +29,12 @@ CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
 def check() -> None:
     from minisgl_worker.attention.flashinfer_meta import PagedKVMeta
     from minisgl_worker.attention.triton_decode import WholeKVDecode
+    from minisgl_worker.kvcache.quant import FP8, from_cache, to_cache
 
     from tests.gpu.paged import reference_attention
 
     torch.manual_seed(0)
-    for hq, hkv, d, page, lens in CASES:
+    for (hq, hkv, d, page, lens), fp8 in itertools.product(CASES, (False, True)):
         pages = [-(-n // page) for n in lens]
         num_pages = sum(pages) + 3
         k = torch.randn(num_pages, page, hkv, d, dtype=torch.float16)
@@ -45,11 +49,18 @@ def check() -> None:
         attn.plan(indptr, last)
         order = attn._meta[2 * len(lens) + 1 :].tolist()
         assert [lens[i] for i in order] == sorted(lens, reverse=True), order
-        out = attn.run(q, (k, v))
+        scales = (0.02, 0.005)
+        if fp8:  # the pool holds value / scale; the reference reads it back
+            k, v = to_cache(k, FP8, scales[0]), to_cache(v, FP8, scales[1])
+            out = attn.run(q, (k, v), k_scale=scales[0], v_scale=scales[1])
+            k, v = from_cache(k, q.dtype, scales[0]), from_cache(v, q.dtype, scales[1])
+        else:
+            out = attn.run(q, (k, v))
         meta = PagedKVMeta(torch.arange(len(lens) + 1, dtype=torch.int32), indptr, indices, last)
         ref = reference_attention(q, k, v, meta, page)
         err = float((out.float() - ref).norm() / ref.norm())
-        print(f"heads {hq}/{hkv} d {d} page {page} lens {lens}: relative error {err:.1e}")
+        print(f"heads {hq}/{hkv} d {d} page {page} lens {lens} {'fp8' if fp8 else 'fp16'} "
+              f"KV: relative error {err:.1e}")
         assert err < 5e-3, err
 
 
@@ -58,7 +69,7 @@ def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
     done = subprocess.run([sys.executable, "-m", "tests.worker.attention.test_triton_decode"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("relative error") == len(CASES), done.stdout
+    assert done.stdout.count("relative error") == 2 * len(CASES), done.stdout
 
 
 def test_head_dims_the_kernel_takes() -> None:
