@@ -5,8 +5,11 @@
 Builds `batch` running requests holding `context` tokens of KV each (the page table and
 pool as the scheduler would leave them; the KV values are whatever the pool holds), then
 times with CUDA events (median of `iters`): the CUDA-graph forward (plan + replay), the
-sampler (greedy; temperature 0.6), and the whole `Engine.forward_batch`. Prints the bytes a
-step must read (weights + KV) over the time: the achieved share of ~4.3 TB/s."""
+sampler (greedy; temperature 0.6), the whole `Engine.forward_batch`, and the step's
+attention alone (every layer's, as the batch's route runs it, replayed from one CUDA graph).
+Prints the bytes a step must read (weights + KV) over the time, and the KV bytes over the
+attention's time: the achieved share of ~4.3 TB/s. `--kv-cache-dtype fp8_e4m3` runs the
+same over an FP8 KV cache (half the KV bytes of bf16)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from minisgl_worker.core import Batch, Req, RouteKind
+from minisgl_worker.attention import GraphAttnBackend
+from minisgl_worker.core import Batch, Req, Route, RouteKind
 from minisgl_worker.kvcache import MHAKVPool
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
@@ -56,7 +60,31 @@ def decode_batch(llm: LLM, size: int, context: int, sampling: SamplingParams) ->
                  extend_lens=[1] * size, sample_reqs=reqs)
 
 
-def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float]:
+def attention_ms(llm: LLM, batch: Batch, route: Route, iters: int) -> float:
+    """Every layer's attention of the decode step (the kernels `route` names, over the
+    batch's KV; random queries), captured in one CUDA graph and replayed."""
+    engine, cfg = llm.engine, llm.engine.rank_config
+    backend = engine.attn_backend
+    assert isinstance(backend, GraphAttnBackend)
+    q = torch.randn(route.size, cfg.num_heads, cfg.head_dim, dtype=engine.dtype,
+                    device=engine.device)
+    out = torch.empty_like(q)
+    backend.prepare(batch, route)
+
+    def all_layers() -> None:
+        for layer in range(cfg.num_layers):
+            backend.attend(layer, q, out)
+
+    all_layers()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        all_layers()
+    return median_ms(graph.replay, iters)
+
+
+def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float, float]:
+    """-> (graph forward, sampler, forward_batch, attention) ms."""
     engine = llm.engine
     route = engine.routes.route(batch)
     assert route.kind is RouteKind.DECODE_GRAPH, route
@@ -67,7 +95,8 @@ def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float]:
         sample_ms = median_ms(lambda: engine.sampler.sample(logits.clone(), batch.sample_reqs),
                               iters)
         total_ms = median_ms(lambda: engine.forward_batch(batch), iters)
-    return graph_ms, sample_ms, total_ms
+        attn_ms = attention_ms(llm, batch, route, iters)
+    return graph_ms, sample_ms, total_ms, attn_ms
 
 
 def main() -> None:
@@ -75,32 +104,38 @@ def main() -> None:
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
     p.add_argument("--cases", default="256x1024,64x1024,256x512", help="batch x context")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    llm = LLM(args.model, load_format="dummy", max_running=256)
+    llm = LLM(args.model, load_format="dummy", max_running=256,
+              kv_cache_dtype=args.kv_cache_dtype)
     engine, cfg = llm.engine, llm.engine.model_config
     weight_bytes = sum(t.numel() * t.element_size() for t in engine.model.parameters())
     kv_per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
-                                             engine.dtype)
+                                             engine.kv_dtype)
+    kv_name = str(engine.kv_dtype).removeprefix("torch.")
     rows = []
     for case in args.cases.split(","):
         size, context = map(int, case.split("x"))
         for temp in (0.0, 0.6):
             batch = decode_batch(llm, size, context, SamplingParams(temperature=temp))
-            graph_ms, sample_ms, total_ms = time_case(llm, batch, args.iters)
-            need = weight_bytes + size * context * kv_per_token
+            graph_ms, sample_ms, total_ms, attn_ms = time_case(llm, batch, args.iters)
+            kv_bytes = size * context * kv_per_token
             rows.append((Path(args.model).name, size, context, temp, graph_ms, sample_ms,
-                         total_ms, need / total_ms / 1e9))
+                         total_ms, (weight_bytes + kv_bytes) / total_ms / 1e9, attn_ms,
+                         kv_bytes / attn_ms / 1e9))
             for req in batch.reqs:  # give the slots and pages back
                 llm.scheduler.cache.release(req)
                 llm.scheduler.table.free(req.table_idx)
     llm.shutdown()
+    print(f"KV cache: {kv_name}")
     print("| model | batch | context | temperature | graph fwd ms | sampler ms | "
-          "forward_batch ms | TB/s (weights + KV) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "forward_batch ms | TB/s (weights + KV) | attention ms (all layers) | "
+          "TB/s (KV) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {r[5]:.3f} | {r[6]:.3f} | "
-              f"{r[7]:.2f} |")
+              f"{r[7]:.2f} | {r[8]:.3f} | {r[9]:.2f} |")
 
 
 if __name__ == "__main__":

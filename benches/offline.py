@@ -73,6 +73,9 @@ def main() -> None:
                    help="EngineConfig.cuda_graph_mixed_tokens: whole CUDA graphs for mixed steps "
                         "of up to this many tokens (engine/graphs/mixed.py); 0: none "
                         "(default: EngineConfig's)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
+                   help="EngineConfig.kv_cache_dtype: the model's dtype, or e4m3 (half the "
+                        "bytes of bf16: twice the KV tokens in the same memory)")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks (GPUs 0..tp-1; this process is rank 0)")
     p.add_argument("--json", help="append one JSON line of results to this file")
@@ -85,7 +88,7 @@ def main() -> None:
     t0 = time.perf_counter()
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, cache=args.cache, tp=args.tp,
-              **mixed_graph_option(args.mixed_graph_tokens))
+              kv_cache_dtype=args.kv_cache_dtype, **mixed_graph_option(args.mixed_graph_tokens))
     startup = time.perf_counter() - t0
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
@@ -103,14 +106,18 @@ def main() -> None:
         b = sched.budget
         label = f"{b.policy}:{b.mixed_chunk_size}" + (
             f":{b.mixed_step_tokens}" if b.mixed_step_tokens else "") + (
-            f"/{variant}" if variant else "")
+            f"/{variant}" if variant else "") + (
+            f" kv:{args.kv_cache_dtype}" if args.kv_cache_dtype != "auto" else "")
         rows += run_config(llm, name, label, prompts, params, args.repeats)
     if routes is not None:
         engine.routes = routes
-    overlap = llm.scheduler.overlap
+    overlap, slots = llm.scheduler.overlap, llm.engine.kv_pool.num_slots
+    longest = max(len(pr) + sp.max_new_tokens for pr, sp in zip(prompts, params))
     print(f"\n{name}: startup {startup:.1f} s (weights, JIT check, KV sizing, CUDA graphs), "
           f"overlap {'on' if overlap else 'off'}, page {llm.engine.page_size}, "
-          f"KV {llm.engine.kv_pool.num_slots:,} tokens")
+          f"KV {slots:,} tokens of {str(llm.engine.kv_dtype).removeprefix('torch.')} "
+          f"(the largest batch that fits: {slots // longest:,} requests of the workload's "
+          f"longest, {longest:,} tokens; max running {llm.engine.max_running})")
     print("| model | scheduler | rep | output tokens | cached prompt tokens | seconds | tok/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -120,7 +127,8 @@ def main() -> None:
         with open(args.json, "a") as f:
             for r in rows:
                 f.write(json.dumps({**r, "startup_s": round(startup, 1), "overlap": overlap,
-                                    **vars(args), "page_size": llm.engine.page_size}) + "\n")
+                                    **vars(args), "page_size": llm.engine.page_size,
+                                    "kv_tokens": slots}) + "\n")
     llm.shutdown()
 
 

@@ -112,8 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
     p.add_argument(
         "--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
-        help="KV cache storage: auto (the model's dtype) or fp8_e4m3 (per-tensor scale, half "
-        "the bytes of bf16: about twice the KV tokens; torch-native attention only for now)",
+        help="KV cache storage: auto (the model's dtype) or fp8_e4m3 (a scale per layer for K "
+        "and V, half the bytes of bf16: about twice the KV tokens; every attention backend)",
     )
     p.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"],

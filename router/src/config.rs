@@ -105,7 +105,7 @@ pub struct Config {
     #[arg(long, value_enum)]
     pub gemm: Option<Gemm>,
     /// KV cache storage of the spawned workers: auto (the model's dtype) or fp8_e4m3 (half
-    /// the bytes of bf16, about twice the KV tokens; torch-native attention only for now).
+    /// the bytes of bf16, about twice the KV tokens; every attention backend).
     #[arg(long, value_enum)]
     pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Weights of the spawned workers: safetensors (the model folder's, their default when

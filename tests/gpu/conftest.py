@@ -27,6 +27,9 @@ def _flashinfer_jit() -> None:
             attn = FlashInferPagedAttention(hq, hkv, d, 16, torch.bfloat16, device,
                                             prefill_backend=backend)  # type: ignore[arg-type]
             specs += attn.jit_specs()
+        # over an FP8 KV cache (test_fp8_kv.py, test_fp8_engine.py): FA2 only
+        specs += FlashInferPagedAttention(hq, hkv, d, 16, torch.bfloat16, device,
+                                          kv_dtype=torch.float8_e4m3fn).jit_specs()
     names = sorted({s.name for s in specs})
     todo = [n for n in names if not any(s.name == n and s.is_compiled for s in specs)]
     t0 = time.perf_counter()

@@ -103,11 +103,12 @@ def test_flashinfer_greedy_equals_torch_native(model: Any) -> None:
 
 
 def _near_ties_vs_torch_native(path: Path, prompts: list[list[int]],
-                               outputs: list[list[int]]) -> int:
+                               outputs: list[list[int]], **options: Any) -> int:
     """Asserts every generated token is the torch-native path's argmax given the same text
-    (teacher-forced), up to a near-tie (5% of the logits' spread) -> how many were ties."""
+    (teacher-forced; `options`: more EngineConfig fields), up to a near-tie (5% of the
+    logits' spread) -> how many were ties."""
     logits = _teacher_forced(path, [p + g for p, g in zip(prompts, outputs)],
-                             attention_backend="torch")
+                             attention_backend="torch", **options)
     ties = 0
     for prompt, tokens, rows in zip(prompts, outputs, logits):
         rows = rows[len(prompt) - 1 : -1]  # the logits that chose each token

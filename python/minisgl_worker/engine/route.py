@@ -11,7 +11,9 @@ Eager attention (`RouteTable.eager_attn`): TORCH on the torch backend; else DECO
 every request extends by one token, PREFILL when none leads with one, MIXED_FA2 (one FA2
 launch) when decode runs on tensor cores and at most ONE_LAUNCH_MAX_PROMPT_ROWS rows are
 prompt rows, else DECODE_THEN_PREFILL (the decode kernel on the leading decodes, the
-prefill kernel, FA3 on SM90, on the rest).
+prefill kernel, FA3 on SM90, on the rest). An FP8 KV cache takes the same routes: every
+kernel named here reads it (FA2 instead of FA3 for prompt rows, as FlashInfer's FA3 reads
+FP8 KV only with an FP8 query; the whole-KV Triton decode upcasts its tiles).
 
 Why each threshold:
 - WHOLE_KV: without a split each (request, KV head) is one CTA, so the longest request sets

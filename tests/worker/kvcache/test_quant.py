@@ -33,3 +33,16 @@ def test_the_model_dtype_passes_through() -> None:
     x = torch.randn(5, 3)
     assert torch.equal(to_cache(x, torch.float32, 1.0), x)
     assert torch.equal(from_cache(x, torch.float32, 1.0), x)
+
+
+def test_the_pool_hands_out_its_scales_only_when_fp8() -> None:
+    """What the store and attention kernels take: (K scale, V scale) of the layer, or None
+    for a model-dtype pool (stored as is)."""
+    from minisgl_worker.kvcache import MHAKVPool
+
+    fp8 = MHAKVPool(2, 4, 16, 2, 8, FP8, torch.device("cpu"), ([0.5, 2.0], [0.25, 4.0]))
+    assert fp8.quantized and fp8.scales(1) == (2.0, 4.0)
+    plain = MHAKVPool(2, 4, 16, 2, 8, torch.float32, torch.device("cpu"))
+    assert not plain.quantized and plain.scales(1) is None
+    assert MHAKVPool.bytes_per_token(2, 2, 8, FP8) * 2 == MHAKVPool.bytes_per_token(
+        2, 2, 8, torch.bfloat16)
