@@ -97,7 +97,7 @@ def test_store_kernels_quantize_like_to_cache(layout: str, page_size: int) -> No
     rope_store_kv(kb, vb, loc, pos, rope.cos_sin, q_ref, k, v, norm)
     kc, vc = caches(FP8)
     rope_store_kv(kc, vc, loc, pos, rope.cos_sin, q, k, v, norm, scales=SCALES)
-    assert torch.equal(q, q_ref)  # q is rotated as without quantization
+    assert rel_err(q, q_ref) < 1e-3  # q is rotated as without quantization
     _check_quantized(kc, loc, to_cache(kb.view(-1, hkv, d)[loc], FP8, SCALES[0]), 0.9)
     _check_quantized(vc, loc, to_cache(v, FP8, SCALES[1]), 0.999)
 
