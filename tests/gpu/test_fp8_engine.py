@@ -87,9 +87,9 @@ def _agreed(a: list[int], b: list[int]) -> int:
 
 def test_fp8_stays_close_to_bf16_kv(model: Any) -> None:
     """Teacher-forced logits over 64 positions (a prefix, two decodes, the rest) within 10%
-    of bf16 KV's (relative norm; FlashInfer bf16 vs transformers float32 is < 2%), and the
-    greedy tokens before the first divergence from bf16 KV (random weights: flat logits,
-    so near-ties part them early; printed, with a floor that only garbage would miss)."""
+    of bf16 KV's (relative norm), and most greedy tokens come before the first divergence
+    from bf16 KV. The same models on CPU (torch-native, bf16): logits 3.1e-2 (llama) and
+    4.3e-2 (qwen3) apart, 100% and 99% of the greedy tokens before the first divergence."""
     arch, path = model
     bf16 = _teacher_forced(path, [SEQ])[0]
     fp8 = _teacher_forced(path, [SEQ], **FP8_KV)[0]
@@ -99,7 +99,7 @@ def test_fp8_stays_close_to_bf16_kv(model: Any) -> None:
     print(f"{arch}: FP8 vs bf16 KV, teacher-forced logits relative error {err:.2e}; greedy "
           f"tokens before the first divergence {agreed} ({share:.0%})")
     assert err < 0.1, err
-    assert share >= 0.2, agreed
+    assert share >= 0.75, agreed
 
 
 def test_the_same_memory_holds_twice_the_tokens(tmp_path: Path) -> None:
