@@ -3,5 +3,8 @@
 
 pub mod chat_template;
 pub mod detokenize;
+pub mod markers;
+pub mod reasoning;
 pub mod stop;
 pub mod tokenizer;
+pub mod tool_calls;
