@@ -123,6 +123,8 @@ fn main() {
             web_ui: true,
             api_key: None,
             limits: Default::default(),
+            tool_format: _router::text::tool_calls::ToolFormat::Hermes,
+            reasoning: None,
         });
         let probe = state.tokenizer.encode_blocking(&probe_text, true);
         eprintln!("text prompt: {} tokens", probe.len());

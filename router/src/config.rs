@@ -120,6 +120,8 @@ pub struct Config {
     pub max_requests: NonZeroUsize,
     #[command(flatten)]
     pub limits: crate::api::limits::Limits,
+    #[command(flatten)]
+    pub chat: crate::api::tools::ChatOptions,
     /// Seconds to wait for every worker's `ready`.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,

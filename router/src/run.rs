@@ -16,6 +16,7 @@ use crate::signals::Signals;
 use crate::state::{unix_now, AppState, Shared};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tool_calls::ToolFormat;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
 use crate::worker::{gpus, tp_check};
@@ -186,6 +187,10 @@ async fn serve_http(
     config: &Config,
     signals: &mut Signals,
 ) -> Result<(), String> {
+    let tool_format = config.chat.tool_call_parser.unwrap_or_else(|| {
+        let template = files.template.as_ref();
+        template.map_or(ToolFormat::Hermes, |t| ToolFormat::detect(t.source()))
+    });
     let state = AppState::new(Shared {
         model_names: crate::api::models::served_names(config, &files.name),
         tokenizer: files.tokenizer,
@@ -200,6 +205,8 @@ async fn serve_http(
         web_ui: !config.no_web_ui,
         api_key: config.api_key.clone(),
         limits: config.limits.clone(),
+        tool_format,
+        reasoning: config.chat.reasoning_parser,
     });
     let address = listener
         .local_addr()

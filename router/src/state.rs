@@ -12,7 +12,9 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::routing::policy::Policy;
 use crate::text::chat_template::ChatTemplate;
+use crate::text::reasoning::ReasoningFormat;
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tool_calls::ToolFormat;
 use crate::worker::WorkerClient;
 
 #[derive(Clone)]
@@ -42,6 +44,10 @@ pub struct Shared {
     pub api_key: Option<String>,
     /// What one request may ask for (`--max-tokens-limit`, `--max-n`, ...).
     pub limits: Limits,
+    /// How the model writes tool calls (`--tool-call-parser`, or from its template).
+    pub tool_format: ToolFormat,
+    /// `--reasoning-parser`.
+    pub reasoning: Option<ReasoningFormat>,
 }
 
 impl AppState {

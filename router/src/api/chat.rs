@@ -1,15 +1,18 @@
 //! /v1/chat/completions: messages -> chat template -> prompt; chunks in `chat.completion` shape.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::api::generate::{Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::openai::{ChatMessage, ChatRequest, Content, Usage};
 use crate::api::params::EndpointParams;
 use crate::api::respond::{finish_reason, Format, Head};
+use crate::api::tools::output::{whole_message, ChoiceOutput, OutputPlan};
+use crate::api::tools::render::{default_rendering, template_calls};
+use crate::api::tools::request::ToolRequest;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::text::chat_template::TemplateMessage;
+use crate::text::chat_template::{RenderExtras, TemplateMessage, RESERVED_VARIABLES};
 use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
@@ -32,8 +35,20 @@ pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     })
 }
 
-/// Renders the conversation with the model's chat template.
+/// Renders a conversation without tools (/generate's `messages`).
 pub fn prompt(state: &AppState, messages: &[ChatMessage]) -> Result<PromptInput, ApiError> {
+    let no_tools = ToolRequest::parse(None, None, None)?;
+    prompt_with(state, messages, &no_tools, None)
+}
+
+/// Renders the conversation with the model's chat template, the request's tools and its
+/// `chat_template_kwargs`.
+pub fn prompt_with(
+    state: &AppState,
+    messages: &[ChatMessage],
+    tools: &ToolRequest,
+    kwargs: Option<&Map<String, Value>>,
+) -> Result<PromptInput, ApiError> {
     let template = state.template.as_ref().ok_or_else(|| {
         ApiError::bad_request(format!(
             "the model `{}` has no chat template; use /v1/completions",
@@ -46,12 +61,32 @@ pub fn prompt(state: &AppState, messages: &[ChatMessage]) -> Result<PromptInput,
             "`messages` must not be empty",
         ));
     }
-    let messages = messages
+    if let Some(key) = kwargs.and_then(|k| RESERVED_VARIABLES.iter().find(|r| k.contains_key(**r)))
+    {
+        return Err(ApiError::invalid(
+            "chat_template_kwargs",
+            format!("`chat_template_kwargs.{key}` is set by the server"),
+        ));
+    }
+    let mut messages = messages
         .iter()
         .enumerate()
         .map(flatten)
         .collect::<Result<Vec<_>, _>>()?;
-    let text = template.render(&messages)?;
+    let tool_list = match template.supports_tools() {
+        true => tools
+            .active()
+            .then(|| serde_json::to_value(&tools.tools).expect("tools serialize")),
+        false => {
+            messages = default_rendering(messages, tools, state.tool_format);
+            None
+        }
+    };
+    let extras = RenderExtras {
+        tools: tool_list.as_ref(),
+        kwargs,
+    };
+    let text = template.render_with(&messages, &extras)?;
     Ok(PromptInput::Text {
         text,
         add_special_tokens: false,
@@ -89,11 +124,24 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
             text
         }
     };
+    let tool_calls = match (&message.tool_calls, message.role.as_str()) {
+        (None, _) => None,
+        (Some(calls), "assistant") => Some(template_calls(i, calls)?),
+        (Some(_), role) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "`messages[{i}].tool_calls` is only allowed on assistant turns; got {role:?}"
+                ),
+            ))
+        }
+    };
     Ok(TemplateMessage {
         role: message.role.clone(),
         content,
         name: message.name.clone(),
         tool_call_id: message.tool_call_id.clone(),
+        tool_calls,
     })
 }
 
@@ -105,20 +153,57 @@ struct DeltaChoice<'a> {
     finish_reason: Option<&'static str>,
 }
 
-/// `{"content": ...}`, or `{}` in the finish chunk.
-#[derive(Serialize)]
+/// `{"content": ...}` (with `reasoning_content` and `tool_calls` when parsed), or `{}`.
+#[derive(Serialize, Default)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<&'a [Value]>,
 }
 
 pub struct ChatFormat {
-    pub head: Head,
-    pub tokenizer: Tokenizer,
-    pub logprobs: bool,
+    head: Head,
+    tokenizer: Tokenizer,
+    logprobs: bool,
+    plan: OutputPlan,
+    /// Each choice's output parsers (created as choices first stream).
+    outputs: Vec<ChoiceOutput>,
+}
+
+fn non_empty(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
+}
+
+/// `tool_calls` when a stopped output made calls.
+fn chat_finish_reason(finish: Finish, made_calls: bool) -> &'static str {
+    match (finish, made_calls) {
+        (Finish::Stop, true) => "tool_calls",
+        _ => finish_reason(finish),
+    }
 }
 
 impl ChatFormat {
+    pub fn new(head: Head, tokenizer: Tokenizer, logprobs: bool, plan: OutputPlan) -> Self {
+        Self {
+            head,
+            tokenizer,
+            logprobs,
+            plan,
+            outputs: Vec::new(),
+        }
+    }
+
+    fn output(&mut self, index: u32) -> &mut ChoiceOutput {
+        let i = index as usize;
+        while self.outputs.len() <= i {
+            self.outputs.push(ChoiceOutput::new(self.plan));
+        }
+        &mut self.outputs[i]
+    }
+
     fn logprobs(&self, entries: &[TokenLogprob]) -> Value {
         if !self.logprobs {
             return Value::Null;
@@ -151,18 +236,49 @@ impl Format for ChatFormat {
         Some(self.head.object("chat.completion.chunk", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>, _: &()) -> String {
-        let (content, logprobs) = match finish {
-            Some(_) => (None, Value::Null),
-            None => (Some(piece.text.as_str()), self.logprobs(&piece.logprobs)),
+    fn chunk(
+        &mut self,
+        index: u32,
+        piece: &Piece,
+        finish: Option<Finish>,
+        _: &(),
+    ) -> Option<String> {
+        let logprobs = match finish {
+            Some(_) => Value::Null,
+            None => self.logprobs(&piece.logprobs),
         };
+        if self.plan.is_plain() {
+            let choice = DeltaChoice {
+                index,
+                delta: Delta {
+                    content: finish.is_none().then_some(piece.text.as_str()),
+                    ..Delta::default()
+                },
+                logprobs,
+                finish_reason: finish.map(finish_reason),
+            };
+            return Some(self.head.chunk("chat.completion.chunk", choice));
+        }
+        let output = self.output(index);
+        let parts = match finish {
+            None => output.push(&piece.text),
+            Some(_) => output.finish(),
+        };
+        if finish.is_none() && parts.is_empty() && piece.logprobs.is_empty() {
+            return None; // held back (a marker may be starting)
+        }
+        let made_calls = output.made_calls();
         let choice = DeltaChoice {
             index,
-            delta: Delta { content },
+            delta: Delta {
+                content: non_empty(&parts.content),
+                reasoning_content: non_empty(&parts.reasoning),
+                tool_calls: (!parts.tool_calls.is_empty()).then_some(&parts.tool_calls[..]),
+            },
             logprobs,
-            finish_reason: finish.map(finish_reason),
+            finish_reason: finish.map(|f| chat_finish_reason(f, made_calls)),
         };
-        self.head.chunk("chat.completion.chunk", choice)
+        Some(self.head.chunk("chat.completion.chunk", choice))
     }
 
     fn usage_chunk(&self, usage: Usage) -> Option<Value> {
@@ -173,11 +289,23 @@ impl Format for ChatFormat {
     }
 
     fn choice(&mut self, index: u32, piece: &Piece, finish: Finish, _: &()) -> Value {
+        let m = whole_message(self.plan, &piece.text);
+        let calls = !m.tool_calls.is_empty();
+        let mut message = json!({"role": "assistant", "content": m.content});
+        if calls && m.content.is_empty() {
+            message["content"] = Value::Null;
+        }
+        if let Some(reasoning) = m.reasoning {
+            message["reasoning_content"] = json!(reasoning);
+        }
+        if calls {
+            message["tool_calls"] = json!(m.tool_calls);
+        }
         json!({
             "index": index,
-            "message": {"role": "assistant", "content": piece.text},
+            "message": message,
             "logprobs": self.logprobs(&piece.logprobs),
-            "finish_reason": finish_reason(finish),
+            "finish_reason": chat_finish_reason(finish, calls),
         })
     }
 
@@ -198,6 +326,7 @@ mod tests {
             content,
             name: None,
             tool_call_id: None,
+            tool_calls: None,
         }
     }
 

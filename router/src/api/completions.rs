@@ -215,7 +215,13 @@ impl Format for CompletionFormat {
         Some(self.head.object("text_completion", json!([choice])))
     }
 
-    fn chunk(&mut self, index: u32, piece: &Piece, finish: Option<Finish>, _: &()) -> String {
+    fn chunk(
+        &mut self,
+        index: u32,
+        piece: &Piece,
+        finish: Option<Finish>,
+        _: &(),
+    ) -> Option<String> {
         let mut lists = LogprobLists::default();
         self.completion_lists(index, &piece.logprobs, &mut lists);
         let choice = TextChoice {
@@ -224,7 +230,7 @@ impl Format for CompletionFormat {
             logprobs: self.render(lists),
             finish_reason: finish.map(finish_reason),
         };
-        self.head.chunk("text_completion", choice)
+        Some(self.head.chunk("text_completion", choice))
     }
 
     fn usage_chunk(&self, usage: Usage) -> Option<Value> {

@@ -195,18 +195,23 @@ fn schema_constraint(field: &str, schema: &Value) -> Result<Constraint, ApiError
     if !(schema.is_object() || schema.is_boolean()) {
         return Err(invalid(field, "the schema must be a JSON object"));
     }
-    if let Err(e) = jsonschema::meta::validate(schema) {
-        let at = e.instance_path().to_string();
-        let at = if at.is_empty() { "/".to_string() } else { at };
-        return Err(invalid(field, format!("invalid JSON schema at {at}: {e}")));
-    }
-    if let Err(e) = jsonschema::validator_for(schema) {
-        return Err(invalid(field, format!("invalid JSON schema: {e}")));
-    }
+    check_schema(schema).map_err(|e| invalid(field, e))?;
     Ok(Constraint {
         kind: ConstraintKind::JsonSchema,
         source: schema.to_string(),
     })
+}
+
+/// Checks a schema against its metaschema and compiles it; the error says what is wrong.
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    if let Err(e) = jsonschema::meta::validate(schema) {
+        let at = e.instance_path().to_string();
+        let at = if at.is_empty() { "/".to_string() } else { at };
+        return Err(format!("invalid JSON schema at {at}: {e}"));
+    }
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| format!("invalid JSON schema: {e}"))
 }
 
 fn regex(field: &str, pattern: &str) -> Result<Constraint, ApiError> {

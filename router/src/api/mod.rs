@@ -1,6 +1,6 @@
 //! The HTTP side, in the order a request meets it: `auth` (`--api-key`), `routes` (every route and its thin
 //! handler) -> `openai` (the body parsed, unknown keys refused by name) -> `params`
-//! (validated, limits named; `constraint`: structured outputs) -> the endpoint's prompt (`chat`, `completions`, `native`) ->
+//! (validated, limits named; `constraint`: structured outputs; `tools`: tool calls and reasoning) -> the endpoint's prompt (`chat`, `completions`, `native`) ->
 //! `admission` (a slot per generation, or 429) -> `generate` (tokenize, pick a worker,
 //! submit; tokens back to text) -> `respond` (one JSON body, or the one SSE loop). Beside them, `page`: the chat page at `/`.
 
@@ -19,5 +19,6 @@ pub mod page;
 pub mod params;
 pub mod respond;
 pub mod routes;
+pub mod tools;
 
 pub use routes::app;

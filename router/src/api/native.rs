@@ -164,9 +164,15 @@ impl Format for NativeFormat {
         None
     }
 
-    fn chunk(&mut self, _: u32, piece: &Piece, finish: Option<Finish>, view: &Progress) -> String {
+    fn chunk(
+        &mut self,
+        _: u32,
+        piece: &Piece,
+        finish: Option<Finish>,
+        view: &Progress,
+    ) -> Option<String> {
         self.text.push_str(&piece.text);
-        body(&self.text, view, finish).to_string()
+        Some(body(&self.text, view, finish).to_string())
     }
 
     fn usage_chunk(&self, _: Usage) -> Option<Value> {

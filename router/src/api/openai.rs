@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::api::tools::request::{MessageToolCall, Tool};
 use crate::error::ApiError;
 
 /// The fields shared by both endpoints (sampling, stopping, streaming).
@@ -69,6 +70,13 @@ pub struct ChatRequest {
     pub max_completion_tokens: Option<i64>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
+    /// Tool calling (api/tools/): the functions the model may call, whether and which.
+    pub tools: Option<Vec<Tool>>,
+    /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": ...}}`.
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    /// Extra variables for the chat template (e.g. `{"enable_thinking": false}`).
+    pub chat_template_kwargs: Option<Map<String, Value>>,
 }
 
 impl Endpoint for ChatRequest {
@@ -78,6 +86,10 @@ impl Endpoint for ChatRequest {
         "max_completion_tokens",
         "logprobs",
         "top_logprobs",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "chat_template_kwargs",
     ];
 }
 
@@ -88,6 +100,8 @@ pub struct ChatMessage {
     pub content: Option<Content>,
     pub name: Option<String>,
     pub tool_call_id: Option<String>,
+    /// An assistant turn's calls.
+    pub tool_calls: Option<Vec<MessageToolCall>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -262,8 +276,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let err = chat(r#"{"model":"m","messages":[],"tools":[]}"#).unwrap_err();
-        assert_eq!(err.message(), "unsupported parameter `tools`");
+        let err = chat(r#"{"model":"m","messages":[],"functions":[]}"#).unwrap_err();
+        assert_eq!(err.message(), "unsupported parameter `functions`");
         let err = chat(r#"{"model":"m","messages":[],"stream_options":{"x":1}}"#).unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `x`");
         let err = parse_body::<CompletionRequest>(br#"{"model":"m","prompt":"p","messages":[]}"#)

@@ -28,14 +28,15 @@ pub trait Format: Send + 'static {
     /// What opens choice `index`'s stream, if anything (chat's `role`, an echoed prompt).
     fn opening_chunk(&mut self, index: u32) -> Option<Value>;
     /// A streamed chunk of choice `index` (a piece of text, or the finish), serialized: it is
-    /// the per-token hot path, so it is written straight from borrowed fields.
+    /// the per-token hot path, so it is written straight from borrowed fields. None: nothing
+    /// to send for this piece (chat holds back text that may start a tool call).
     fn chunk(
         &mut self,
         index: u32,
         piece: &Piece,
         finish: Option<Finish>,
         view: &Self::View,
-    ) -> String;
+    ) -> Option<String>;
     /// The chunk that closes a stream asked for with `include_usage`; None for a format
     /// whose every chunk carries its usage.
     fn usage_chunk(&self, usage: Usage) -> Option<Value>;
@@ -113,10 +114,16 @@ pub async fn respond<F: Format>(
         let mut item = first;
         while let Some((index, update, usage, view)) = item.take() {
             match update {
-                Ok(Update::Piece(piece)) => yield text(format.chunk(index, &piece, None, &view)),
+                Ok(Update::Piece(piece)) => {
+                    if let Some(chunk) = format.chunk(index, &piece, None, &view) {
+                        yield text(chunk);
+                    }
+                }
                 Ok(Update::Finished(finish)) => {
                     usages[index as usize] = usage;
-                    yield text(format.chunk(index, &Piece::default(), Some(finish), &view));
+                    if let Some(chunk) = format.chunk(index, &Piece::default(), Some(finish), &view) {
+                        yield text(chunk);
+                    }
                 }
                 Err(e) => yield data(&e.body()),
             }

@@ -20,6 +20,7 @@ use crate::api::openapi;
 use crate::api::page;
 use crate::api::params::validate;
 use crate::api::respond::{respond, Choices, Head};
+use crate::api::tools;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::worker::WorkerState;
@@ -84,19 +85,18 @@ async fn chat_completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (req, common) = parse_body::<ChatRequest>(&body)?;
+    let (mut req, common) = parse_body::<ChatRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = chat::endpoint_params(&req)?;
-    let params = validate(&common, &endpoint, &state.limits)?;
-    let prompt = chat::prompt(&state, &req.messages)?;
+    let mut params = validate(&common, &endpoint, &state.limits)?;
+    let (tools, plan) = tools::prepare(&state, &mut req, &common, &mut params)?;
+    let kwargs = req.chat_template_kwargs.as_ref();
+    let prompt = chat::prompt_with(&state, &req.messages, &tools, kwargs)?;
     let mut slots = state.admission.admit(params.n as usize).await?;
     let generations =
         generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;
-    let format = ChatFormat {
-        head: Head::new("chatcmpl", &req.model),
-        tokenizer: state.tokenizer.clone(),
-        logprobs: endpoint.logprobs,
-    };
+    let head = Head::new("chatcmpl", &req.model);
+    let format = ChatFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, plan);
     let choices = Choices {
         generations,
         n: params.n as usize,

@@ -20,7 +20,22 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The template's text (which tool-call format it shows: `ToolFormat::detect`).
+    source: String,
+    /// It reads a `tools` variable (Hugging Face's tool support).
+    supports_tools: bool,
 }
+
+/// What a chat request adds to the messages: its tools (when the template takes them) and
+/// `chat_template_kwargs`.
+#[derive(Debug, Default)]
+pub struct RenderExtras<'a> {
+    pub tools: Option<&'a Json>,
+    pub kwargs: Option<&'a serde_json::Map<String, Json>>,
+}
+
+/// Variables the router sets, which `chat_template_kwargs` may not.
+pub const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "bos_token", "eos_token"];
 
 /// One message as the template sees it (content already flattened to text).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -32,6 +47,9 @@ pub struct TemplateMessage {
     pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant turn's calls, `arguments` as JSON objects (as transformers passes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Json>>,
 }
 
 impl ChatTemplate {
@@ -57,25 +75,53 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source)
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| format!("the chat template does not parse: {e}"))?;
+        let supports_tools = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| e.to_string())?
+            .undeclared_variables(false)
+            .contains("tools");
         Ok(Self {
             env,
             bos_token,
             eos_token,
+            source,
+            supports_tools,
         })
     }
 
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn supports_tools(&self) -> bool {
+        self.supports_tools
+    }
+
     pub fn render(&self, messages: &[TemplateMessage]) -> Result<String, ApiError> {
+        self.render_with(messages, &RenderExtras::default())
+    }
+
+    /// Renders with a request's tools and template variables (`chat_template_kwargs`,
+    /// checked by the caller against `RESERVED_VARIABLES`).
+    pub fn render_with(
+        &self,
+        messages: &[TemplateMessage],
+        extras: &RenderExtras,
+    ) -> Result<String, ApiError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .expect("added in new()");
+        let kwargs = minijinja::Value::from_serialize(extras.kwargs);
         let ctx = context! {
             messages => messages,
+            tools => extras.tools,
             add_generation_prompt => true,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..kwargs
         };
         // A template error is nearly always about the messages (e.g. roles out of order),
         // so it is the client's to fix.

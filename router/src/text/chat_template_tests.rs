@@ -9,6 +9,7 @@ fn msg(role: &str, content: &str) -> TemplateMessage {
         content: content.into(),
         name: None,
         tool_call_id: None,
+        tool_calls: None,
     }
 }
 
@@ -116,4 +117,28 @@ fn default_template_renders_like_transformers() {
             "{case}"
         );
     }
+}
+
+#[test]
+fn tools_and_kwargs_reach_the_template() {
+    let source = "{% if tools %}{{ tools | length }} tools;{% endif %}[{{ enable_thinking }}]\
+        {% for m in messages %}{{ m.content }}{% endfor %}";
+    let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+    assert!(t.supports_tools());
+    let tools = serde_json::json!([{"type": "function"}]);
+    let serde_json::Value::Object(kwargs) = serde_json::json!({"enable_thinking": false}) else {
+        unreachable!()
+    };
+    let extras = RenderExtras {
+        tools: Some(&tools),
+        kwargs: Some(&kwargs),
+    };
+    let messages = [msg("user", "hi")];
+    assert_eq!(
+        t.render_with(&messages, &extras).unwrap(),
+        "1 tools;[False]hi"
+    );
+    assert_eq!(t.render(&messages).unwrap(), "[]hi");
+    let plain = ChatTemplate::new("{{ messages }}".into(), String::new(), String::new()).unwrap();
+    assert!(!plain.supports_tools());
 }

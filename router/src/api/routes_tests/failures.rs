@@ -226,6 +226,8 @@ async fn chat_without_a_template_is_a_400() {
         web_ui: true,
         api_key: None,
         limits: Default::default(),
+        tool_format: crate::text::tool_calls::ToolFormat::Hermes,
+        reasoning: None,
     });
     let (status, body) = send_json(app(shared_state), chat(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

@@ -124,6 +124,8 @@ impl Setup {
             web_ui: o.web_ui,
             api_key: o.api_key.map(str::to_string),
             limits: o.limits,
+            tool_format: crate::text::tool_calls::ToolFormat::Hermes,
+            reasoning: None,
         });
         Self { fake, state }
     }

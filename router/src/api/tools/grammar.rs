@@ -1,0 +1,152 @@
+//! The grammar that forces `tool_choice: "required"` and named choices: the format's call
+//! syntax around a JSON schema of each callable tool's call object (its name as a constant,
+//! its `parameters` as the arguments), sent as a Lark constraint (llguidance reads
+//! `%json {schema}` inside Lark). Forced output therefore always parses into calls whose
+//! arguments follow their schema. Schemas are compact JSON (", " and ": ", no other
+//! whitespace), as the worker's JSON-schema constraints are.
+//!
+//! Mistral's list and Llama 3's objects are forced without their special-token markers
+//! (`[TOOL_CALLS]`, `<|python_tag|>`), which the parsers take as optional.
+
+use serde_json::{json, Value};
+
+use super::request::Tool;
+use crate::text::tool_calls::ToolFormat;
+use crate::worker::protocol::{Constraint, ConstraintKind};
+
+/// The constraint for a forced choice among `tools`; `max_calls` 1 allows exactly one call.
+pub fn forced_calls(format: ToolFormat, tools: &[&Tool], max_calls: usize) -> Constraint {
+    let one = max_calls == 1;
+    let source = match format {
+        ToolFormat::Hermes => {
+            let calls = if one { "call" } else { r#"call ("\n" call)*"# };
+            format!(
+                "start: {calls}\ncall: \"<tool_call>\\n\" object \"\\n</tool_call>\"\nobject: %json {}",
+                with_options(call_schema(format, tools))
+            )
+        }
+        ToolFormat::Llama3 => {
+            let calls = if one {
+                "object"
+            } else {
+                r#"object ("; " object)*"#
+            };
+            format!(
+                "start: {calls}\nobject: %json {}",
+                with_options(call_schema(format, tools))
+            )
+        }
+        ToolFormat::Mistral => {
+            let mut list =
+                json!({"type": "array", "items": call_schema(format, tools), "minItems": 1});
+            if one {
+                list["maxItems"] = json!(1);
+            }
+            format!("start: list\nlist: %json {}", with_options(list))
+        }
+    };
+    Constraint {
+        kind: ConstraintKind::Lark,
+        source,
+    }
+}
+
+/// `{"name": <const>, <args key>: <parameters>}` for each tool, any one of them.
+fn call_schema(format: ToolFormat, tools: &[&Tool]) -> Value {
+    let args = format.args_key();
+    let mut objects: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            let mut properties = serde_json::Map::new();
+            properties.insert("name".into(), json!({"const": t.function.name}));
+            properties.insert(args.into(), t.function.parameters_schema());
+            json!({
+                "type": "object",
+                "properties": properties,
+                "required": ["name", args],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    match objects.len() {
+        1 => objects.remove(0),
+        _ => json!({"anyOf": objects}),
+    }
+}
+
+/// llguidance's per-schema options: compact separators, no free whitespace.
+fn with_options(mut schema: Value) -> Value {
+    schema["x-guidance"] = json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+    });
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::tools::request::Function;
+
+    fn tool(name: &str, parameters: Value) -> Tool {
+        Tool {
+            kind: "function".into(),
+            function: Function {
+                name: name.into(),
+                description: None,
+                parameters: Some(parameters),
+                strict: None,
+            },
+        }
+    }
+
+    #[test]
+    fn hermes_forces_tagged_calls_of_the_callable_tools() {
+        let a = tool("a", json!({"type": "object"}));
+        let b = tool(
+            "b",
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        );
+        let c = forced_calls(ToolFormat::Hermes, &[&a, &b], usize::MAX);
+        assert_eq!(c.kind, ConstraintKind::Lark);
+        let (grammar, schema) = c.source.split_once("object: %json ").unwrap();
+        assert_eq!(
+            grammar,
+            "start: call (\"\\n\" call)*\ncall: \"<tool_call>\\n\" object \"\\n</tool_call>\"\n"
+        );
+        let schema: Value = serde_json::from_str(schema).unwrap();
+        assert_eq!(
+            schema["anyOf"][1]["properties"]["name"],
+            json!({"const": "b"})
+        );
+        assert_eq!(
+            schema["anyOf"][1]["properties"]["arguments"]["properties"]["x"],
+            json!({"type": "integer"})
+        );
+        assert_eq!(schema["x-guidance"]["whitespace_flexible"], json!(false));
+        let one = forced_calls(ToolFormat::Hermes, &[&a], 1);
+        assert!(one.source.starts_with("start: call\n"), "{}", one.source);
+    }
+
+    #[test]
+    fn llama3_and_mistral_force_their_own_shapes() {
+        let a = tool("a", json!({"type": "object"}));
+        let llama = forced_calls(ToolFormat::Llama3, &[&a], usize::MAX).source;
+        assert!(
+            llama.starts_with("start: object (\"; \" object)*\nobject: %json {"),
+            "{llama}"
+        );
+        assert!(
+            llama.contains(r#""required":["name","parameters"]"#),
+            "{llama}"
+        );
+        let mistral = forced_calls(ToolFormat::Mistral, &[&a], 1).source;
+        let schema: Value = serde_json::from_str(mistral.split_once("%json ").unwrap().1).unwrap();
+        assert_eq!(
+            (schema["minItems"].clone(), schema["maxItems"].clone()),
+            (json!(1), json!(1))
+        );
+        assert_eq!(schema["items"]["required"], json!(["name", "arguments"]));
+    }
+}

@@ -1,0 +1,227 @@
+//! One chat choice's output split as it streams: reasoning (`--reasoning-parser`) first,
+//! then the answer into content and tool calls (when the request has tools), as OpenAI's
+//! delta fields. A non-streamed message is the same pieces merged, so a streamed answer
+//! assembles to the non-streamed one.
+
+use rand::RngExt;
+use serde_json::{json, Value};
+
+use crate::text::reasoning::{ReasoningFormat, ReasoningParser};
+use crate::text::tool_calls::{CallEvent, ToolCallParser, ToolFormat};
+
+/// What parses a request's outputs; `Copy`, one per request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutputPlan {
+    /// The call format and how many calls to report.
+    pub tools: Option<(ToolFormat, usize)>,
+    pub reasoning: Option<ReasoningFormat>,
+}
+
+impl OutputPlan {
+    /// Nothing to split: the text is all content.
+    pub fn is_plain(&self) -> bool {
+        self.tools.is_none() && self.reasoning.is_none()
+    }
+}
+
+/// A piece of one choice's output, as delta fields.
+#[derive(Debug, Default, PartialEq)]
+pub struct Parts {
+    pub reasoning: String,
+    pub content: String,
+    /// OpenAI's `delta.tool_calls` entries.
+    pub tool_calls: Vec<Value>,
+}
+
+impl Parts {
+    pub fn is_empty(&self) -> bool {
+        self.reasoning.is_empty() && self.content.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
+pub struct ChoiceOutput {
+    reasoning: Option<ReasoningParser>,
+    tools: Option<ToolCallParser>,
+}
+
+impl ChoiceOutput {
+    pub fn new(plan: OutputPlan) -> Self {
+        Self {
+            reasoning: plan.reasoning.map(ReasoningParser::new),
+            tools: plan.tools.map(|(f, max)| ToolCallParser::new(f, max)),
+        }
+    }
+
+    /// Whether calls were reported (the finish reason is then `tool_calls`).
+    pub fn made_calls(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| t.calls() > 0)
+    }
+
+    pub fn push(&mut self, text: &str) -> Parts {
+        let (reasoning, answer) = match &mut self.reasoning {
+            Some(r) => {
+                let split = r.push(text);
+                (split.reasoning, split.content)
+            }
+            None => (String::new(), text.to_string()),
+        };
+        let mut parts = self.answer(&answer, false);
+        parts.reasoning = reasoning;
+        parts
+    }
+
+    /// The end of the output: what the parsers held back.
+    pub fn finish(&mut self) -> Parts {
+        let (reasoning, answer) = match &mut self.reasoning {
+            Some(r) => {
+                let split = r.finish();
+                (split.reasoning, split.content)
+            }
+            None => (String::new(), String::new()),
+        };
+        let mut parts = self.answer(&answer, true);
+        parts.reasoning = reasoning;
+        parts
+    }
+
+    fn answer(&mut self, text: &str, last: bool) -> Parts {
+        let mut parts = Parts::default();
+        let Some(tools) = &mut self.tools else {
+            parts.content = text.to_string();
+            return parts;
+        };
+        let mut events = tools.push(text);
+        if last {
+            events.extend(tools.finish());
+        }
+        for event in events {
+            match event {
+                CallEvent::Text(t) => parts.content.push_str(&t),
+                CallEvent::Start { index, name } => parts.tool_calls.push(json!({
+                    "index": index,
+                    "id": call_id(),
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                })),
+                CallEvent::Args { index, text } => match parts.tool_calls.last_mut() {
+                    Some(last) if last["index"] == index => {
+                        let args = last["function"]["arguments"].as_str().unwrap_or("");
+                        last["function"]["arguments"] = json!(format!("{args}{text}"));
+                    }
+                    _ => parts
+                        .tool_calls
+                        .push(json!({"index": index, "function": {"arguments": text}})),
+                },
+            }
+        }
+        parts
+    }
+}
+
+/// A call's id: `call_` and 24 random letters and digits, as OpenAI's look.
+fn call_id() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let id: String = (0..24)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect();
+    format!("call_{id}")
+}
+
+/// A complete (non-streamed) message's fields.
+#[derive(Debug)]
+pub struct Message {
+    /// None without a reasoning parser.
+    pub reasoning: Option<String>,
+    pub content: String,
+    /// OpenAI's `message.tool_calls` (`id`, `type`, `function.name`, `function.arguments`).
+    pub tool_calls: Vec<Value>,
+}
+
+/// The message of a whole output.
+pub fn whole_message(plan: OutputPlan, text: &str) -> Message {
+    let mut output = ChoiceOutput::new(plan);
+    let mut parts = output.push(text);
+    let rest = output.finish();
+    parts.reasoning.push_str(&rest.reasoning);
+    parts.content.push_str(&rest.content);
+    parts.tool_calls.extend(rest.tool_calls);
+    let mut calls: Vec<Value> = Vec::new();
+    for delta in parts.tool_calls {
+        let index = delta["index"].as_u64().unwrap_or(0) as usize;
+        if index == calls.len() {
+            let mut call = delta.clone();
+            call.as_object_mut().map(|o| o.remove("index"));
+            calls.push(call);
+        } else if let Some(call) = calls.get_mut(index) {
+            let args = call["function"]["arguments"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let more = delta["function"]["arguments"].as_str().unwrap_or("");
+            call["function"]["arguments"] = json!(args + more);
+        }
+    }
+    Message {
+        reasoning: plan.reasoning.map(|_| parts.reasoning),
+        content: parts.content,
+        tool_calls: calls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAN: OutputPlan = OutputPlan {
+        tools: Some((ToolFormat::Hermes, usize::MAX)),
+        reasoning: Some(ReasoningFormat::Qwen3),
+    };
+    const OUTPUT: &str = "<think>Weather, so call.</think>\n\nChecking.\n<tool_call>\n\
+        {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+    #[test]
+    fn reasoning_content_and_calls_are_split() {
+        let m = whole_message(PLAN, OUTPUT);
+        assert_eq!(m.reasoning.as_deref(), Some("Weather, so call."));
+        assert_eq!(m.content, "Checking.\n");
+        let calls = m.tool_calls;
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(calls[0]["type"], "function");
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        assert_eq!(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    }
+
+    #[test]
+    fn streamed_deltas_carry_the_id_and_name_once_then_argument_pieces() {
+        let mut output = ChoiceOutput::new(PLAN);
+        let mut deltas = Vec::new();
+        let mut reasoning = String::new();
+        for c in OUTPUT.chars() {
+            let parts = output.push(&c.to_string());
+            reasoning.push_str(&parts.reasoning);
+            deltas.extend(parts.tool_calls);
+        }
+        assert!(output.finish().is_empty());
+        assert_eq!(reasoning, "Weather, so call.");
+        assert!(deltas[0]["id"].is_string() && deltas[0]["function"]["name"] == "get_weather");
+        assert!(deltas[1..]
+            .iter()
+            .all(|d| d.get("id").is_none() && d["index"] == 0));
+        let args: String = deltas
+            .iter()
+            .map(|d| d["function"]["arguments"].as_str().unwrap())
+            .collect();
+        assert_eq!(args, "{\"city\": \"Paris\"}");
+    }
+
+    #[test]
+    fn plain_plans_pass_text_through() {
+        let m = whole_message(OutputPlan::default(), OUTPUT);
+        assert_eq!(
+            (m.reasoning, m.content.as_str(), m.tool_calls.len()),
+            (None, OUTPUT, 0)
+        );
+    }
+}
