@@ -199,7 +199,7 @@ impl ChatFormat {
     fn output(&mut self, index: u32) -> &mut ChoiceOutput {
         let i = index as usize;
         while self.outputs.len() <= i {
-            self.outputs.push(ChoiceOutput::new(self.plan));
+            self.outputs.push(ChoiceOutput::new(&self.plan));
         }
         &mut self.outputs[i]
     }
@@ -289,7 +289,7 @@ impl Format for ChatFormat {
     }
 
     fn choice(&mut self, index: u32, piece: &Piece, finish: Finish, _: &()) -> Value {
-        let m = whole_message(self.plan, &piece.text);
+        let m = whole_message(&self.plan, &piece.text);
         let calls = !m.tool_calls.is_empty();
         let mut message = json!({"role": "assistant", "content": m.content});
         if calls && m.content.is_empty() {

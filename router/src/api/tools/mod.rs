@@ -59,9 +59,10 @@ pub fn prepare(
         params.sampling.constraint = Some(constraint);
     }
     let plan = OutputPlan {
-        tools: tools
-            .active()
-            .then(|| (state.tool_format, tools.max_calls())),
+        tools: tools.active().then(|| {
+            let names = tools.tools.iter().map(|t| t.function.name.clone());
+            (state.tool_format, tools.max_calls(), names.collect())
+        }),
         // A constrained output has no room for reasoning: it is all answer.
         reasoning: state
             .reasoning

@@ -9,11 +9,11 @@ use serde_json::{json, Value};
 use crate::text::reasoning::{ReasoningFormat, ReasoningParser};
 use crate::text::tool_calls::{CallEvent, ToolCallParser, ToolFormat};
 
-/// What parses a request's outputs; `Copy`, one per request.
-#[derive(Debug, Clone, Copy, Default)]
+/// What parses a request's outputs.
+#[derive(Debug, Clone, Default)]
 pub struct OutputPlan {
-    /// The call format and how many calls to report.
-    pub tools: Option<(ToolFormat, usize)>,
+    /// The call format, how many calls to report and the functions that may be called.
+    pub tools: Option<(ToolFormat, usize, Vec<String>)>,
     pub reasoning: Option<ReasoningFormat>,
 }
 
@@ -45,10 +45,12 @@ pub struct ChoiceOutput {
 }
 
 impl ChoiceOutput {
-    pub fn new(plan: OutputPlan) -> Self {
+    pub fn new(plan: &OutputPlan) -> Self {
         Self {
             reasoning: plan.reasoning.map(ReasoningParser::new),
-            tools: plan.tools.map(|(f, max)| ToolCallParser::new(f, max)),
+            tools: plan.tools.as_ref().map(|(format, max, names)| {
+                ToolCallParser::new(*format, *max).with_names(names.clone())
+            }),
         }
     }
 
@@ -139,7 +141,7 @@ pub struct Message {
 }
 
 /// The message of a whole output.
-pub fn whole_message(plan: OutputPlan, text: &str) -> Message {
+pub fn whole_message(plan: &OutputPlan, text: &str) -> Message {
     let mut output = ChoiceOutput::new(plan);
     let mut parts = output.push(text);
     let rest = output.finish();
@@ -173,16 +175,18 @@ pub fn whole_message(plan: OutputPlan, text: &str) -> Message {
 mod tests {
     use super::*;
 
-    const PLAN: OutputPlan = OutputPlan {
-        tools: Some((ToolFormat::Hermes, usize::MAX)),
-        reasoning: Some(ReasoningFormat::Qwen3),
-    };
+    fn plan() -> OutputPlan {
+        OutputPlan {
+            tools: Some((ToolFormat::Hermes, usize::MAX, vec!["get_weather".into()])),
+            reasoning: Some(ReasoningFormat::Qwen3),
+        }
+    }
     const OUTPUT: &str = "<think>Weather, so call.</think>\n\nChecking.\n<tool_call>\n\
         {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
     #[test]
     fn reasoning_content_and_calls_are_split() {
-        let m = whole_message(PLAN, OUTPUT);
+        let m = whole_message(&plan(), OUTPUT);
         assert_eq!(m.reasoning.as_deref(), Some("Weather, so call."));
         assert_eq!(m.content, "Checking.\n");
         let calls = m.tool_calls;
@@ -195,7 +199,7 @@ mod tests {
 
     #[test]
     fn streamed_deltas_carry_the_id_and_name_once_then_argument_pieces() {
-        let mut output = ChoiceOutput::new(PLAN);
+        let mut output = ChoiceOutput::new(&plan());
         let mut deltas = Vec::new();
         let mut reasoning = String::new();
         for c in OUTPUT.chars() {
@@ -218,7 +222,7 @@ mod tests {
 
     #[test]
     fn plain_plans_pass_text_through() {
-        let m = whole_message(OutputPlan::default(), OUTPUT);
+        let m = whole_message(&OutputPlan::default(), OUTPUT);
         assert_eq!(
             (m.reasoning, m.content.as_str(), m.tool_calls.len()),
             (None, OUTPUT, 0)

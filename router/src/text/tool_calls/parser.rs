@@ -58,6 +58,10 @@ pub struct ToolCallParser {
     reporting: bool,
     /// A call just ended: whitespace before the next content or call is not content.
     after_call: bool,
+    /// The functions that may be called (empty: any); a call of another is content.
+    names: Vec<String>,
+    /// The call being read names a function not in `names`.
+    unknown: bool,
 }
 
 impl ToolCallParser {
@@ -74,7 +78,16 @@ impl ToolCallParser {
             max_calls,
             reporting: false,
             after_call: false,
+            names: Vec::new(),
+            unknown: false,
         }
+    }
+
+    /// Only calls of these functions are calls; others are shown as content (as the model
+    /// wrote them), so a client never gets a call it cannot make.
+    pub fn with_names(mut self, names: Vec<String>) -> Self {
+        self.names = names;
+        self
     }
 
     /// Calls reported so far.
@@ -100,7 +113,7 @@ impl ToolCallParser {
                 let pending = std::mem::take(&mut self.pending);
                 self.text(&mut out, &(pending + &buf));
             }
-            State::Call(scanner) if !scanner.started() => {
+            State::Call(scanner) if !scanner.started() || self.unknown => {
                 let pending = std::mem::take(&mut self.pending);
                 self.text(&mut out, &(pending + scanner.raw()));
             }
@@ -213,10 +226,13 @@ impl ToolCallParser {
             return false;
         };
         let (scans, consumed) = scanner.push(&self.buf);
-        let started = scanner.started();
+        let named = scanner.started();
         let raw = consumed.is_some().then(|| scanner.raw().to_string());
         for scan in scans {
             match scan {
+                Scan::Name(name) if !self.names.is_empty() && !self.names.contains(&name) => {
+                    self.unknown = true;
+                }
                 Scan::Name(name) => {
                     self.pending.clear();
                     self.reporting = self.calls < self.max_calls;
@@ -228,7 +244,7 @@ impl ToolCallParser {
                     }
                     self.calls += 1;
                 }
-                Scan::Args(text) if self.reporting => out.push(CallEvent::Args {
+                Scan::Args(text) if self.reporting && !self.unknown => out.push(CallEvent::Args {
                     index: self.calls - 1,
                     text,
                 }),
@@ -240,6 +256,7 @@ impl ToolCallParser {
             return false;
         };
         self.buf.drain(..consumed);
+        let started = named && !std::mem::take(&mut self.unknown);
         if started {
             self.after_call = true;
             self.state = State::After;

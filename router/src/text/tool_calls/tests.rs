@@ -274,3 +274,25 @@ fn formats_are_detected_from_the_template_and_render_their_calls() {
         );
     }
 }
+
+#[test]
+fn calls_of_functions_not_offered_are_content() {
+    let out = "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>\n\
+               <tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+    for size in [1, 5, out.len()] {
+        let mut p =
+            ToolCallParser::new(ToolFormat::Hermes, usize::MAX).with_names(vec!["f".into()]);
+        let chars: Vec<char> = out.chars().collect();
+        let mut events = Vec::new();
+        for piece in chars.chunks(size) {
+            events.extend(p.push(&piece.iter().collect::<String>()));
+        }
+        events.extend(p.finish());
+        let (content, calls) = merged(&events);
+        assert_eq!(
+            content,
+            "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>\n"
+        );
+        assert_eq!(calls, vec![("f".to_string(), "{\"x\": 1}".to_string())]);
+    }
+}
