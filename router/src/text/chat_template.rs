@@ -3,8 +3,8 @@
 //! Found in tokenizer_config.json (`chat_template`: a string, or a list of `{name, template}`
 //! of which "default" is used) or in chat_template.jinja. Rendered like transformers does:
 //! trim_blocks and lstrip_blocks on, Python string methods (pycompat), `raise_exception`,
-//! `tojson`, `strftime_now`, loop controls, with `bos_token`/`eos_token` and
-//! `add_generation_prompt = true`.
+//! `tojson` as Python's `json.dumps` writes (`text::pyjson`), `strftime_now`, loop controls,
+//! maps in insertion order, with `bos_token`/`eos_token` and `add_generation_prompt = true`.
 
 use std::path::Path;
 
@@ -75,6 +75,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", crate::text::pyjson::tojson);
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| format!("the chat template does not parse: {e}"))?;
         let supports_tools = env

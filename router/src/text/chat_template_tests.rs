@@ -142,3 +142,41 @@ fn tools_and_kwargs_reach_the_template() {
     let plain = ChatTemplate::new("{{ messages }}".into(), String::new(), String::new()).unwrap();
     assert!(!plain.supports_tools());
 }
+
+/// router/tests/data/tool_template_vectors.json: conversations with tools, calls and results
+/// rendered by transformers with a Qwen 2.5-style template (tool_template_vectors.py):
+/// `tojson` must write JSON as Python's `json.dumps` does (", " and ": ", no HTML escapes,
+/// keys in their order).
+#[test]
+fn tool_templates_render_like_transformers() {
+    let path = format!(
+        "{}/tests/data/tool_template_vectors.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let data: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let source = data["template"].as_str().unwrap().to_string();
+    let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+    assert!(t.supports_tools());
+    for case in data["cases"].as_array().unwrap() {
+        let messages: Vec<TemplateMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| TemplateMessage {
+                tool_call_id: m["tool_call_id"].as_str().map(str::to_string),
+                tool_calls: m["tool_calls"].as_array().cloned(),
+                ..msg(m["role"].as_str().unwrap(), m["content"].as_str().unwrap())
+            })
+            .collect();
+        let tools = Some(&case["tools"]).filter(|t| !t.is_null());
+        let extras = RenderExtras {
+            tools,
+            kwargs: None,
+        };
+        assert_eq!(
+            t.render_with(&messages, &extras).unwrap(),
+            case["rendered"].as_str().unwrap(),
+            "{case}"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 pub mod chat_template;
 pub mod detokenize;
 pub mod markers;
+pub mod pyjson;
 pub mod reasoning;
 pub mod stop;
 pub mod tokenizer;
