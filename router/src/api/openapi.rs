@@ -220,6 +220,8 @@ mod tests {
         let schemas = doc["components"]["schemas"].as_object().unwrap();
         for name in [
             "ChatMessage",
+            "Tool",
+            "MessageToolCall",
             "Stop",
             "GenerateRequest",
             "TokenizeRequest",

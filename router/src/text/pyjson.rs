@@ -22,6 +22,13 @@ pub fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(Value::from_safe_string(out))
 }
 
+/// `json.dumps(value, ensure_ascii=False)`: one line, `", "` and `": "`.
+pub fn dumps(value: &Json) -> String {
+    let mut out = String::new();
+    write(value, None, 0, &mut out);
+    out
+}
+
 fn write(value: &Json, indent: Option<usize>, level: usize, out: &mut String) {
     match value {
         Json::Array(items) => {

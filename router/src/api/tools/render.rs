@@ -5,7 +5,8 @@
 //! A template without tool support gets the default rendering, in the tool-call format the
 //! router parses (`--tool-call-parser`, Hermes unless the template shows another):
 //! - the tool list and how to call them, appended to the system message (one is added at the
-//!   front when the conversation has none): `TOOLS_HEADER`, the tools as JSON, one a line,
+//!   front when the conversation has none): `TOOLS_HEADER`, the tools as JSON (spaced as
+//!   Python writes it), one a line,
 //!   then the call syntax;
 //! - an assistant turn's `tool_calls` appended to its content as the model would write them;
 //! - `tool` turns as a user turn `<tool_response>\n...\n</tool_response>` (consecutive
@@ -17,6 +18,7 @@ use serde_json::{json, Value};
 use super::request::{MessageToolCall, ToolRequest};
 use crate::error::ApiError;
 use crate::text::chat_template::TemplateMessage;
+use crate::text::pyjson::dumps;
 use crate::text::tool_calls::ToolFormat;
 
 pub const TOOLS_HEADER: &str = "# Tools\n\nYou may call one or more functions to assist with \
@@ -112,7 +114,7 @@ fn tools_block(tools: &ToolRequest, format: ToolFormat) -> String {
     let list: Vec<String> = tools
         .tools
         .iter()
-        .map(|t| serde_json::to_string(t).expect("tools serialize"))
+        .map(|t| dumps(&serde_json::to_value(t).expect("tools serialize")))
         .collect();
     let args = format.args_key();
     let syntax = match format {
@@ -180,11 +182,11 @@ mod tests {
             out[0].content
         );
         assert!(out[0].content.contains(
-            r#"{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}"#
+            r#"{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}"#
         ));
         assert_eq!(
             out[2].content,
-            "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call>"
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>"
         );
         assert_eq!(
             out[3].content,

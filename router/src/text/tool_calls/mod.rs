@@ -17,6 +17,8 @@ pub use parser::{CallEvent, ToolCallParser};
 
 use serde_json::{json, Value};
 
+use crate::text::pyjson::dumps;
+
 /// A model family's way of writing tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ToolFormat {
@@ -61,24 +63,20 @@ impl ToolFormat {
     }
 
     /// An assistant turn's calls as the model would have written them (the default
-    /// rendering of a conversation's earlier calls).
+    /// rendering of a conversation's earlier calls), JSON spaced as forced calls are.
     pub fn render_calls(self, calls: &[(String, Value)]) -> String {
         let objects: Vec<Value> = calls
             .iter()
             .map(|(name, args)| self.call_object(name, args))
             .collect();
+        let each = objects.iter().map(dumps);
         match self {
-            Self::Hermes => objects
-                .iter()
+            Self::Hermes => each
                 .map(|o| format!("<tool_call>\n{o}\n</tool_call>"))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            Self::Llama3 => objects
-                .iter()
-                .map(Value::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-            Self::Mistral => format!("[TOOL_CALLS]{}", Value::Array(objects)),
+            Self::Llama3 => each.collect::<Vec<_>>().join("; "),
+            Self::Mistral => format!("[TOOL_CALLS]{}", dumps(&Value::Array(objects))),
         }
     }
 }

@@ -269,7 +269,7 @@ fn formats_are_detected_from_the_template_and_render_their_calls() {
         assert_eq!(content, "", "{text}");
         assert_eq!(
             parsed,
-            vec![("f".into(), "{\"x\":1}".into()), ("g".into(), "{}".into())],
+            vec![("f".into(), "{\"x\": 1}".into()), ("g".into(), "{}".into())],
             "{text}"
         );
     }
