@@ -1,12 +1,14 @@
 //! Tool calling and reasoning on /v1/chat/completions: the request's tool fields checked
 //! (`request`), the prompt rendered with them (`render`), forced choices turned into a
-//! grammar (`grammar`), and each choice's output split into reasoning, content and calls
-//! (`output`). The parsers themselves live in `text::tool_calls` and `text::reasoning`.
+//! grammar (`grammar`; with a reasoning parser it applies after the thought: `think`), and
+//! each choice's output split into reasoning, content and calls (`output`). The parsers
+//! themselves live in `text::tool_calls` and `text::reasoning`.
 
 pub mod grammar;
 pub mod output;
 pub mod render;
 pub mod request;
+pub mod think;
 
 use clap::Args;
 
@@ -63,10 +65,23 @@ pub fn prepare(
             let names = tools.tools.iter().map(|t| t.function.name.clone());
             (state.tool_format, tools.max_calls(), names.collect())
         }),
-        // A constrained output has no room for reasoning: it is all answer.
-        reasoning: state
-            .reasoning
-            .filter(|_| params.sampling.constraint.is_none()),
+        reasoning: reasoning_room(state.reasoning, params),
     };
     Ok((tools, plan))
+}
+
+/// With a reasoning parser, a constraint is wrapped to apply after the thought; one that
+/// cannot be (a regex, a client grammar) leaves no room for reasoning: its output is all
+/// answer, not split.
+fn reasoning_room(
+    reasoning: Option<ReasoningFormat>,
+    params: &mut GenParams,
+) -> Option<ReasoningFormat> {
+    let format = reasoning?;
+    let Some(constraint) = &params.sampling.constraint else {
+        return Some(format);
+    };
+    let wrapped = think::after_reasoning(format, constraint)?;
+    params.sampling.constraint = Some(wrapped);
+    Some(format)
 }

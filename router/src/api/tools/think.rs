@@ -1,0 +1,128 @@
+//! Constraints that leave room for reasoning: with `--reasoning-parser`, a constrained chat
+//! request's grammar is wrapped so that the model may think first and the constraint applies
+//! to the answer after `</think>`. The thought is a lazy Lark rule (it ends at the first
+//! `</think>`); `qwen3` may skip it, `deepseek-r1` starts inside it (its template opened
+//! `<think>` in the prompt).
+//!
+//! Wrapped: JSON schemas, choice lists and forced tool calls (grammars we write). Regexes and
+//! client grammars are sent as they are; their outputs are then not split (`None`).
+
+use serde_json::{json, Value};
+
+use crate::text::reasoning::ReasoningFormat;
+use crate::worker::protocol::{Constraint, ConstraintKind};
+
+/// The constraint with a thought allowed before it, or None when its kind is not wrapped.
+pub fn after_reasoning(format: ReasoningFormat, constraint: &Constraint) -> Option<Constraint> {
+    let answer = match constraint.kind {
+        ConstraintKind::JsonSchema => {
+            let mut schema: Value = serde_json::from_str(&constraint.source).ok()?;
+            if !schema.is_object() {
+                return None;
+            }
+            schema["x-guidance"] = json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": ",
+            });
+            format!("answer: %json {schema}\n")
+        }
+        ConstraintKind::Choice => {
+            let choices: Vec<String> = serde_json::from_str(&constraint.source).ok()?;
+            let quoted: Vec<String> = choices
+                .iter()
+                .map(|c| Value::from(c.as_str()).to_string())
+                .collect();
+            format!("answer: {}\n", quoted.join(" | "))
+        }
+        // Our forced-call grammars: their `start` becomes the answer.
+        ConstraintKind::Lark if constraint.source.starts_with("start: ") => {
+            format!("answer: {}\n", &constraint.source["start: ".len()..])
+        }
+        _ => return None,
+    };
+    let thought = match format {
+        ReasoningFormat::Qwen3 => "(\"<think>\" thought)?",
+        ReasoningFormat::DeepseekR1 => "\"<think>\"? thought",
+    };
+    let source = format!(
+        "%llguidance {{}}\nstart: {thought} /[ \\n]*/ answer\n\
+         thought[lazy]: THOUGHT \"</think>\"\nTHOUGHT: /(.|\\n)*/\n{answer}"
+    );
+    Some(Constraint {
+        kind: ConstraintKind::Lark,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wrap(format: ReasoningFormat, kind: ConstraintKind, source: &str) -> Option<String> {
+        let c = Constraint {
+            kind,
+            source: source.into(),
+        };
+        after_reasoning(format, &c).map(|c| c.source)
+    }
+
+    #[test]
+    fn schemas_choices_and_forced_calls_come_after_an_optional_thought() {
+        let json = wrap(
+            ReasoningFormat::Qwen3,
+            ConstraintKind::JsonSchema,
+            r#"{"type": "object"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            json,
+            "%llguidance {}\nstart: (\"<think>\" thought)? /[ \\n]*/ answer\n\
+             thought[lazy]: THOUGHT \"</think>\"\nTHOUGHT: /(.|\\n)*/\n\
+             answer: %json {\"type\":\"object\",\"x-guidance\":{\"whitespace_flexible\":false,\
+             \"item_separator\":\", \",\"key_separator\":\": \"}}\n"
+        );
+        let choice = wrap(
+            ReasoningFormat::DeepseekR1,
+            ConstraintKind::Choice,
+            r#"["a", "b\""]"#,
+        )
+        .unwrap();
+        assert!(
+            choice.contains("start: \"<think>\"? thought /[ \\n]*/ answer\n"),
+            "{choice}"
+        );
+        assert!(choice.ends_with("answer: \"a\" | \"b\\\"\"\n"), "{choice}");
+        let calls = wrap(
+            ReasoningFormat::Qwen3,
+            ConstraintKind::Lark,
+            "start: call\ncall: \"x\"",
+        )
+        .unwrap();
+        assert!(calls.ends_with("answer: call\ncall: \"x\"\n"), "{calls}");
+    }
+
+    #[test]
+    fn regexes_and_client_grammars_are_not_wrapped() {
+        assert_eq!(
+            wrap(ReasoningFormat::Qwen3, ConstraintKind::Regex, "a+"),
+            None
+        );
+        assert_eq!(
+            wrap(
+                ReasoningFormat::Qwen3,
+                ConstraintKind::Ebnf,
+                "root ::= \"a\""
+            ),
+            None
+        );
+        assert_eq!(
+            wrap(
+                ReasoningFormat::Qwen3,
+                ConstraintKind::Lark,
+                "%import x\nstart: x"
+            ),
+            None
+        );
+    }
+}
