@@ -166,7 +166,7 @@ def flashinfer_decode_ms(kv_lens: list[int], hq: int, split: bool) -> float:
     """FlashInfer's tensor-core decode over one layer (KV split or not) as a CUDA-graph
     replay, the batch padded to the engine's graph size with one-token rows."""
     import flashinfer
-    from minisgl_worker.engine.graph import graph_batch_sizes
+    from minisgl_worker.engine.route import graph_batch_sizes
     from triton.testing import do_bench
 
     dev = torch.device("cuda")

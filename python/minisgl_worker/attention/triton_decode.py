@@ -13,9 +13,13 @@ split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
 
 An FP8 pool's tiles are upcast to the query's dtype as they are loaded (e4m3 -> bf16 is
 exact), its K scale folded into the softmax scale and its V scale applied to the output.
+A tile of FP8 is half the bytes of a bf16 one and adds the upcast, so the launch constants
+(`LAUNCH`) are chosen per KV dtype, by benches/kernels/triton_decode_sweep.py.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,7 +30,23 @@ from ..pdl import launches_pdl
 from ..transfer import to_device
 
 LOG2E = 1.4426950408889634
-BLOCK_T, NUM_WARPS, NUM_STAGES = 128, 4, 2  # the bench's best at every step it timed
+
+
+class Launch(NamedTuple):
+    """The kernel's launch constants: KV tokens per loop step (its tile), warps a program,
+    software-pipeline stages of the tile loads."""
+
+    block_t: int
+    num_warps: int
+    num_stages: int
+
+
+# Per KV pool dtype (the model's dtype, or FP8): the sweep's best on the decode steps it times.
+LAUNCH: dict[torch.dtype, Launch] = {
+    torch.bfloat16: Launch(128, 4, 2),
+    torch.float16: Launch(128, 4, 2),
+    torch.float8_e4m3fn: Launch(128, 4, 2),
+}
 
 
 @triton.jit
@@ -94,7 +114,7 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
              (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=rows[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["bs"])  # one compile for every batch size
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2, v_scale,
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
@@ -127,14 +147,16 @@ def supports(head_dim: int) -> bool:
 class WholeKVDecode:
     """The kernel's fixed buffers for decode batches of exactly `batch_size` rows: `plan`
     (host, before capture and before every replay) fills them, `run` (capturable) attends.
-    `indices` is the device buffer of page ids that the caller fills."""
+    `indices` is the device buffer of page ids that the caller fills. `launch`: the kernel's
+    constants (benches sweep them); None: LAUNCH's entry for the KV pool's dtype."""
 
     def __init__(self, batch_size: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
-                 page_size: int, sm_scale: float, indices: torch.Tensor) -> None:
+                 page_size: int, sm_scale: float, indices: torch.Tensor,
+                 launch: Launch | None = None) -> None:
         assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
         assert supports(head_dim), f"head_dim {head_dim} is not a power of 2 >= 16"
         self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
-        self.page_size, self.indices = page_size, indices
+        self.page_size, self.indices, self.launch = page_size, indices, launch
         self.scale_log2 = sm_scale * LOG2E
         self._meta = torch.empty(3 * batch_size + 1, dtype=torch.int32, device=indices.device)
 
@@ -163,10 +185,12 @@ class WholeKVDecode:
             out = torch.empty((self.bs, self.hq, self.d), dtype=q.dtype, device=q.device)
         assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
         group, pdl = self.hq // self.hkv, launches_pdl(q.device)
+        launch = self.launch or LAUNCH[k_cache.dtype]
         _decode_kernel[(self.bs, self.hkv)](
             q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2 * k_scale,
             v_scale, q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
             GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
-            BLOCK_T=BLOCK_T, PDL=pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+            BLOCK_T=launch.block_t, PDL=pdl, num_warps=launch.num_warps,
+            num_stages=launch.num_stages,
             **({"launch_pdl": True} if pdl else {}))
         return out
