@@ -10,7 +10,6 @@ tokenizer is rebuilt from the `tokenizer.ggml.*` metadata. Used by `default_mode
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ import gguf
 import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-from tqdm import tqdm
+
+from .startup import progress
 
 # llama.cpp's per-layer tensor names -> HF Llama module names.
 _LAYER_NAMES = {
@@ -67,7 +67,7 @@ def unpermute_rotary(weight: np.ndarray, n_head: int) -> np.ndarray:
 def convert_tensors(reader: gguf.GGUFReader, n_head: int, n_kv_head: int) -> dict[str, np.ndarray]:
     """Dequantize every tensor to float32 under its HF name (dims already in HF order)."""
     out: dict[str, np.ndarray] = {}
-    for t in tqdm(reader.tensors, desc="minisgl: dequantizing", unit="tensor", file=sys.stderr):
+    for t in progress(reader.tensors, desc="minisgl: dequantizing", unit="tensor"):
         w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         expected = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims innermost first
         if w.shape != expected:

@@ -51,6 +51,18 @@ fn fail(message: &str) -> i32 {
     1
 }
 
+/// Python's logging level for a plain `--log-level` (a RUST_LOG-style filter such as
+/// `minisgl=debug` leaves the workers at their INFO).
+fn python_log_level(level: &str) -> Option<&'static str> {
+    match level.trim().to_ascii_lowercase().as_str() {
+        "error" => Some("ERROR"),
+        "warn" | "warning" => Some("WARNING"),
+        "info" => Some("INFO"),
+        "debug" | "trace" => Some("DEBUG"),
+        _ => None,
+    }
+}
+
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
@@ -134,6 +146,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         load_format: config.load_format.map(|f| f.as_str()),
         tp: config.tp,
         count: config.local_workers(),
+        log_level: python_log_level(&config.log_level),
         gpus: gpus::assign(
             config.device.as_str(),
             config.local_workers(),
@@ -169,12 +182,15 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
 
 /// Waits for every worker's `ready`; the smallest context any of them serves.
 async fn wait_all_ready(clients: &[WorkerClient], timeout: Duration) -> Result<u32, String> {
+    let started = std::time::Instant::now();
     tracing::info!("waiting for {} worker(s) to be ready", clients.len());
     let results = join_all(clients.iter().map(|c| wait_ready(c, timeout))).await;
     let mut max_context = u32::MAX;
     for result in results {
         max_context = max_context.min(result?.max_context);
     }
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!("{} worker(s) ready in {secs:.1} s", clients.len());
     Ok(max_context)
 }
 
@@ -223,8 +239,13 @@ async fn serve_http(
     let result = match ready {
         Ok(Some(max_context)) => {
             state.set_max_context(max_context);
-            tracing::info!(model = %state.model_name(), max_context, "ready on http://{address}");
             let url = local_url(address);
+            let page = if config.no_web_ui {
+                String::new()
+            } else {
+                format!("chat page {url}/ , ")
+            };
+            tracing::info!(model = %state.model_name(), max_context, "ready: {page}API {url}/v1");
             let served = serve_until_stopped(config, &url, signals).await;
             drain(&state, config.shutdown_timeout(), signals.next(true)).await;
             served
@@ -325,6 +346,14 @@ mod tests {
     use super::*;
     use crate::text::tokenizer::tests::tiny_model_dir;
     use clap::Parser;
+
+    #[test]
+    fn plain_log_levels_reach_the_workers_filters_do_not() {
+        assert_eq!(python_log_level("warn"), Some("WARNING"));
+        assert_eq!(python_log_level("DEBUG"), Some("DEBUG"));
+        assert_eq!(python_log_level("trace"), Some("DEBUG"));
+        assert_eq!(python_log_level("minisgl=debug,info"), None);
+    }
 
     #[test]
     fn model_folder_gives_name_tokenizer_and_template() {

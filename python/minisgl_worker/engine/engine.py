@@ -23,6 +23,7 @@ from ..core import Batch, RouteKind
 from ..distributed import get_comm, get_tp_info
 from ..kvcache import MHAKVPool
 from ..models import ModelConfig, create_model
+from ..startup import Stages
 from ..transfer import to_device
 from .config import EngineConfig
 from .graphs import Eager, Runner, capture_graphs
@@ -50,6 +51,7 @@ class ForwardOutput(NamedTuple):
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        stages = Stages(logger)
         self.config = config
         self.device = device = config.resolve_device()
         self.dtype = config.resolve_dtype(device)
@@ -70,8 +72,13 @@ class Engine:
         sizes = self.routes.sizes
         self.kernels = choose_kernels(rcfg, fused, self.dtype, self.kv_dtype, device,
                                       self.page_size, sizes.decode, config.gemm)
+        if device.type == "cuda":
+            stages.done("kernels ready", "FlashInfer's JIT builds once, then loads from its cache")
         self.model = create_model(config.model_path, cfg, self.dtype, device,
                                   config.load_format, self.kernels)
+        params = sum(p.numel() for p in self.model.parameters())
+        stages.done("model loaded", f"{params / 1e6:,.0f}M parameters on this rank, "
+                    f"{str(self.dtype).removeprefix('torch.')}, {config.load_format}")
         num_pages = self._num_pages()
         scales = None
         if self.kv_dtype != self.dtype:
@@ -79,6 +86,8 @@ class Engine:
                                device, self.page_size)
         self.kv_pool = MHAKVPool(cfg.num_layers, num_pages, self.page_size, rcfg.num_kv_heads,
                                  cfg.head_dim, self.kv_dtype, device, scales)
+        stages.done("KV cache sized", f"{self.kv_pool.num_slots:,} tokens of "
+                    f"{str(self.kv_dtype).removeprefix('torch.')}")
         # The context a request may reach: the model's, capped so one request always fits.
         self.max_context = min(cfg.max_context, self.kv_pool.num_slots)
         self.page_table = torch.zeros((self.max_running, self.max_context), dtype=torch.int32,
@@ -101,6 +110,7 @@ class Engine:
                 self.model, self.attn_backend, self.ctx, sizes,
                 self.kv_pool.dummy_page * self.page_size, -(-self.max_context // self.page_size),
                 device)
+            stages.done("CUDA graphs captured")
         logger.info(
             "engine ready: %s on %s (%s, %s attention, %s GEMMs, CUDA graphs: decode to batch "
             "%d, piecewise %s, mixed-step to %d tokens), KV %d tokens of %s (%d pages of %d), "

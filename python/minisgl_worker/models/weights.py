@@ -16,6 +16,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from ..startup import progress
 from .config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,12 @@ def load_tensors(model: nn.Module, tensors: Iterable[tuple[str, Any]], tied: boo
 
 
 def load_safetensors(model: nn.Module, path: Path, tied: bool) -> None:
-    load_tensors(model, _iter_tensors(path), tied)
+    """Every tensor of the folder into `model`, with a bar per tensor on a terminal."""
+    count = 0
+    for file in _safetensors_files(path):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            count += len(f.keys())
+    load_tensors(model, progress(_iter_tensors(path), "loading weights", "tensor", count), tied)
 
 
 def checkpoint_shapes(cfg: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:

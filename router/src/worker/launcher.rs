@@ -43,6 +43,9 @@ pub struct LaunchSpec {
     pub count: usize,
     /// Each worker's `CUDA_VISIBLE_DEVICES` (gpus.rs), None: left as it is.
     pub gpus: Vec<Option<String>>,
+    /// The workers' Python logging level (`MINISGL_LOG_LEVEL`, unless the user set it),
+    /// from the router's `--log-level`; None leaves theirs (INFO).
+    pub log_level: Option<&'static str>,
 }
 
 pub struct LocalWorker {
@@ -102,6 +105,12 @@ impl LaunchSpec {
             }
         }
         cmd.env("MINISGL_WORKER_INDEX", index.to_string());
+        if let Some(level) = self
+            .log_level
+            .filter(|_| std::env::var_os("MINISGL_LOG_LEVEL").is_none())
+        {
+            cmd.env("MINISGL_LOG_LEVEL", level);
+        }
         if let Some(Some(gpus)) = self.gpus.get(index) {
             cmd.env("CUDA_VISIBLE_DEVICES", gpus);
         }
@@ -248,6 +257,7 @@ mod tests {
             tp: 1,
             count,
             gpus: vec![None; count],
+            log_level: Some("WARNING"),
         }
     }
 
@@ -315,6 +325,18 @@ mod tests {
                 "dummy"
             ]
         );
+        let level = cmd
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == "MINISGL_LOG_LEVEL")
+            .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()));
+        if std::env::var_os("MINISGL_LOG_LEVEL").is_none() {
+            assert_eq!(
+                level.as_deref(),
+                Some("WARNING"),
+                "--log-level warn reaches the worker"
+            );
+        }
     }
 
     #[test]

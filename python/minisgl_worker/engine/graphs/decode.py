@@ -15,17 +15,16 @@ picks it per step."""
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
 
 import torch
-from tqdm import tqdm
 
 from ...attention import GraphAttnBackend
 from ...context import Context
 from ...core import Attn, Batch, Route, RouteKind
+from ...startup import progress
 from .capture import Capture, StaticInputs
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ class DecodeGraphs:
 
     def _capture(self, model: ModelFn, cap: Capture, variants: list[tuple[int, Attn]]) -> None:
         t0, free0 = time.perf_counter(), torch.cuda.mem_get_info(cap.device)[0]
-        bar = tqdm(variants, desc="capturing CUDA graphs", file=sys.stderr, unit="graph")
+        bar = progress(variants, desc="capturing CUDA graphs", unit="graph")
         for bs, attn in bar:
             bar.set_postfix(bs=bs, split_kv=attn is Attn.SPLIT_KV)
             batch = self.inputs.batch(bs, [1] * bs)
