@@ -225,6 +225,10 @@ def soak(args: argparse.Namespace, proc: subprocess.Popen, url: str) -> dict:
     samples, warm = [], None
     while any(t.is_alive() for t in threads):
         time.sleep(args.sample_s)
+        if proc.poll() is not None:  # the clients' errors say the rest
+            load.count("router exited", f"the router exited with {proc.returncode}")
+            load.deadline = 0
+            break
         sample = {"t_min": round((time.monotonic() - start) / 60, 2), **memory(proc.pid)}
         samples.append(sample)
         print(json.dumps(sample), flush=True)
@@ -232,6 +236,8 @@ def soak(args: argparse.Namespace, proc: subprocess.Popen, url: str) -> dict:
             warm = sample
     for t in threads:
         t.join()
+    if not samples:
+        raise SystemExit(f"no memory sample: the router exited ({load.failures[:3]})")
     end = samples[-1]
     warm = warm or samples[0]
     growth = {k: round(end[k] / warm[k] - 1, 4) if warm[k] else 0.0
@@ -241,7 +247,8 @@ def soak(args: argparse.Namespace, proc: subprocess.Popen, url: str) -> dict:
             "unexpected": len(load.failures), "first_failures": load.failures[:10],
             "rss_after_warmup": warm, "rss_at_end": end,
             "rss_peak": {k: max(s[k] for s in samples) for k in ("router_mib", "workers_mib")},
-            "growth": growth, "kv_used_at_end": settle_kv(url)}
+            "growth": growth,
+            "kv_used_at_end": settle_kv(url) if proc.poll() is None else float("nan")}
 
 
 def main() -> None:
