@@ -5,7 +5,7 @@ For each KV dtype (bf16, and FP8 e4m3 holding value / scale) and each shape (bat
 context, every request at that context; Llama-3.1-8B's layout by default: 32 query heads,
 8 KV heads, head dim 128, page 16), times the engine's kernel (attention/triton_decode.py's
 WholeKVDecode, launched as the engine launches it) at every (BLOCK_T, warps, stages) of the
-grid, and FlashInfer's BatchDecodeWithPagedKVCacheWrapper over the same KV: tensor cores with
+grid, for FP8 with its dots in bf16 and in fp16 (Launch.fp16_dots), and FlashInfer's BatchDecodeWithPagedKVCacheWrapper over the same KV: tensor cores with
 the KV whole and split (the engine's wrappers), and CUDA cores. The batch is padded to the
 engine's decode-graph size with one-token rows. Each kernel runs in one CUDA graph over as
 many layers (each its own pool tensor, as in the engine) as make one replay read >= 1 GiB,
@@ -16,6 +16,7 @@ parallel processes (both keep their builds in a disk cache the timing process th
 
     python benches/kernels/triton_decode_sweep.py [--kv-dtype bf16,fp8_e4m3]
         [--cases 256x1024,64x1024] [--block-t 64,128,256] [--warps 4,8] [--stages 2,3,4]
+        [--fp16-dots 0,1]
 
 Prints one row per (shape, KV dtype, kernel) as it goes, then per shape the best of each
 kind, and per KV dtype the one Launch that is best over all shapes (its LAUNCH entry).
@@ -153,13 +154,14 @@ def _warm(kv: str, layout: str, kernel: str | Launch) -> str | None:
     return None
 
 
-def precompile(kvs: list[str], layout: str, launches: list[Launch]) -> dict[tuple, str]:
+def precompile(layout: str, launches: dict[str, list[Launch]]) -> dict[tuple, str]:
     """Every kernel the sweep times, compiled by parallel processes -> {(kv, kernel): why it
     cannot run} for those that cannot."""
     t0 = time.time()
     # The slow JIT builds first, one job a module (whole and split KV share theirs).
+    kvs = list(launches)
     jobs = [(kv, name) for kv in kvs for name in ("FI tc split", "FI cuda cores")]
-    jobs += [(kv, tuple(launch)) for kv in kvs for launch in launches]
+    jobs += [(kv, tuple(launch)) for kv in kvs for launch in launches[kv]]
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=spawn) as ex:
         futures = {job: ex.submit(_warm, job[0], layout, job[1]) for job in jobs}
@@ -202,7 +204,8 @@ def sweep_shape(batch: int, context: int, kv: str, args, launches: list[Launch],
     result = {}
     for kernel in kernels:
         fi = isinstance(kernel, str)
-        label = f"{kernel} | | |" if fi else "Triton | {} | {} | {}".format(*kernel)
+        label = (f"{kernel} | | |" if fi else "Triton{} | {} | {} | {}".format(
+            ", fp16 dots" * kernel.fp16_dots, *kernel[:3]))
         try:
             run, out = (flashinfer_kernel(pool, *FLASHINFER[kernel]) if fi else
                         triton_kernel(pool, kernel))
@@ -232,7 +235,7 @@ def summarize(kv: str, results: dict[tuple[int, int], tuple[int, dict]]) -> None
     best over all shapes (geometric mean of its time over each shape's best Triton time)."""
     now = LAUNCH[KV_DTYPES[kv]]
     print(f"\n{kv}: us a layer (KV TB/s); LAUNCH now {tuple(now)}")
-    print("| shape | LAUNCH now | best Triton (block, warps, stages) | "
+    print("| shape | LAUNCH now | best Triton (block, warps, stages, fp16 dots) | "
           + " | ".join(FLASHINFER) + " |")
     print("| --- | ---: | ---: |" + " ---: |" * len(FLASHINFER))
     for (batch, context), (nbytes, res) in results.items():
@@ -264,17 +267,22 @@ def main() -> None:
     p.add_argument("--block-t", default="64,128,256")
     p.add_argument("--warps", default="4,8")
     p.add_argument("--stages", default="2,3,4")
+    p.add_argument("--fp16-dots", default="0,1", help="FP8's dots in bf16 (0), fp16 (1)")
     args = p.parse_args()
     kvs = args.kv_dtype.split(",")
     assert set(kvs) <= set(KV_DTYPES), f"--kv-dtype must be among {list(KV_DTYPES)}: {kvs}"
     grid = ([int(x) for x in s.split(",")] for s in (args.block_t, args.warps, args.stages))
-    launches = [Launch(*c) for c in itertools.product(*grid)]
+    grid = list(itertools.product(*grid))
+    fp16_dots = [bool(int(x)) for x in args.fp16_dots.split(",")]
+    launches = {kv: [Launch(*c, f16) for c in grid for f16 in fp16_dots
+                     if KV_DTYPES[kv] == FP8 or not f16] for kv in kvs}
     shapes = [tuple(map(int, c.split("x"))) for c in args.cases.split(",")]
-    failed = precompile(kvs, args.layout, launches)
+    failed = precompile(args.layout, launches)
     t0 = time.time()
     print("| shape | KV | kernel | block | warps | stages | us a layer | KV TB/s | error |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    results = {kv: {s: sweep_shape(*s, kv, args, launches, failed) for s in shapes} for kv in kvs}
+    results = {kv: {s: sweep_shape(*s, kv, args, launches[kv], failed) for s in shapes}
+               for kv in kvs}
     print(f"timed in {time.time() - t0:.0f} s")
     for kv in kvs:
         summarize(kv, results[kv])

@@ -14,7 +14,9 @@ split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
 An FP8 pool's tiles are upcast to the query's dtype as they are loaded (e4m3 -> bf16 is
 exact), its K scale folded into the softmax scale and its V scale applied to the output.
 A tile of FP8 is half the bytes of a bf16 one and adds the upcast, so the launch constants
-(`LAUNCH`) are chosen per KV dtype, by benches/kernels/triton_decode_sweep.py.
+(`LAUNCH`) are chosen per KV dtype, by benches/kernels/triton_decode_sweep.py. They may upcast
+FP8 to fp16 instead (one conversion instruction per two values, where bf16 takes several) and
+run the dots in fp16 with the query cast too, clamped to fp16's range.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ LOG2E = 1.4426950408889634
 
 class Launch(NamedTuple):
     """The kernel's launch constants: KV tokens per loop step (its tile), warps a program,
-    software-pipeline stages of the tile loads."""
+    software-pipeline stages of the tile loads; FP8 pools only: dots in fp16."""
 
     block_t: int
     num_warps: int
     num_stages: int
+    fp16_dots: bool = False
 
 
 # Per KV pool dtype (the model's dtype, or FP8): the sweep's best on the decode steps it times.
@@ -118,7 +121,8 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2, v_scale,
                    q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr):
+                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
+                   FP16_DOTS: tl.constexpr):
     # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
     b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
     h = tl.program_id(1)
@@ -128,6 +132,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_lo
     if PDL:  # the plan was ready before the step; q and the new k, v come from the
         tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
+    if FP16_DOTS:  # the tiles' dtype: the query's range clamped to fp16's (65504)
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     d = tl.arange(0, D)
     m_i, l_i, acc = softmax_init(GP, D)
     for t0 in range(0, kv_len, BLOCK_T):
@@ -186,11 +192,12 @@ class WholeKVDecode:
         assert out.shape == q.shape and out.is_contiguous(), (out.shape, out.stride())
         group, pdl = self.hq // self.hkv, launches_pdl(q.device)
         launch = self.launch or LAUNCH[k_cache.dtype]
+        assert k_cache.dtype == torch.float8_e4m3fn or not launch.fp16_dots, launch
         _decode_kernel[(self.bs, self.hkv)](
             q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2 * k_scale,
             v_scale, q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
             GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
             BLOCK_T=launch.block_t, PDL=pdl, num_warps=launch.num_warps,
-            num_stages=launch.num_stages,
+            num_stages=launch.num_stages, FP16_DOTS=launch.fp16_dots,
             **({"launch_pdl": True} if pdl else {}))
         return out
