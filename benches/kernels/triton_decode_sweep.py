@@ -4,19 +4,25 @@ FlashInfer's decode read that KV faster?
 For each KV dtype (bf16, and FP8 e4m3 holding value / scale) and each shape (batch x
 context, every request at that context; Llama-3.1-8B's layout by default: 32 query heads,
 8 KV heads, head dim 128, page 16), times the engine's kernel (attention/triton_decode.py's
-WholeKVDecode, launched as the engine launches it) at every (BLOCK_T, warps, stages) of the
-grid, for FP8 with its dots in bf16 and in fp16 (Launch.fp16_dots), and FlashInfer's BatchDecodeWithPagedKVCacheWrapper over the same KV: tensor cores with
-the KV whole and split (the engine's wrappers), and CUDA cores. The batch is padded to the
-engine's decode-graph size with one-token rows. Each kernel runs in one CUDA graph over as
-many layers (each its own pool tensor, as in the engine) as make one replay read >= 1 GiB,
-so the L2 holds none of it; times are per layer, TB/s are the real rows' KV bytes over them.
+WholeKVDecode, launched as the engine launches it) at every Launch of the grid, and
+FlashInfer's BatchDecodeWithPagedKVCacheWrapper over the same KV: tensor cores with the KV
+whole and split (the engine's wrappers), and CUDA cores. The batch is padded to the engine's
+decode-graph size with one-token rows. Each kernel runs in one CUDA graph over as many layers
+(each its own pool tensor, as in the engine) as make one replay read >= 1 GiB, so the L2
+holds none of it; times are per layer, TB/s are the real rows' KV bytes over them.
 
-Before timing, every config's Triton kernel and the FlashInfer JIT modules are compiled in
-parallel processes (both keep their builds in a disk cache the timing process then loads).
+The grid: BLOCK_T x warps x stages for every dtype; for FP8 also the dots in fp16 and, with
+4 warps, a 128-register cap (Launch's fields). Stage 6: Triton's pipeliner loads the page ids
+a stage ahead of the tiles and, at this loop, keeps two tiles in flight only from 6 stages
+(one at 2-5). FP8 at 128 x 4 warps takes ~170 registers, so two programs share an SM where
+bf16's 128 let three: a cap of 128 lets four. (Read off Triton 3.9's output for sm_90a.)
+
+Before timing, every Triton config and the FlashInfer JIT modules are compiled in parallel
+processes (both keep their builds in a disk cache the timing process then loads).
 
     python benches/kernels/triton_decode_sweep.py [--kv-dtype bf16,fp8_e4m3]
-        [--cases 256x1024,64x1024] [--block-t 64,128,256] [--warps 4,8] [--stages 2,3,4]
-        [--fp16-dots 0,1]
+        [--cases 256x1024,64x1024] [--block-t 64,128,256] [--warps 4,8] [--stages 2,3,4,6]
+        [--fp16-dots 0,1] [--max-registers 0,128]
 
 Prints one row per (shape, KV dtype, kernel) as it goes, then per shape the best of each
 kind, and per KV dtype the one Launch that is best over all shapes (its LAUNCH entry).
@@ -188,7 +194,7 @@ def time_us(run, layers: int) -> float:
     from triton.testing import do_bench
 
     graph = capture(lambda: [run(layer) for layer in range(layers)])
-    return 1e3 * do_bench(graph.replay, warmup=5, rep=25, return_mode="median") / layers
+    return 1e3 * do_bench(graph.replay, warmup=3, rep=15, return_mode="median") / layers
 
 
 def sweep_shape(batch: int, context: int, kv: str, args, launches: list[Launch],
@@ -204,8 +210,9 @@ def sweep_shape(batch: int, context: int, kv: str, args, launches: list[Launch],
     result = {}
     for kernel in kernels:
         fi = isinstance(kernel, str)
-        label = (f"{kernel} | | |" if fi else "Triton{} | {} | {} | {}".format(
-            ", fp16 dots" * kernel.fp16_dots, *kernel[:3]))
+        label = f"{kernel} | | |" if fi else "Triton{}{} | {} | {} | {}".format(
+            ", fp16 dots" * kernel.fp16_dots,
+            f", <= {kernel.max_registers} registers" * bool(kernel.max_registers), *kernel[:3])
         try:
             run, out = (flashinfer_kernel(pool, *FLASHINFER[kernel]) if fi else
                         triton_kernel(pool, kernel))
@@ -235,7 +242,7 @@ def summarize(kv: str, results: dict[tuple[int, int], tuple[int, dict]]) -> None
     best over all shapes (geometric mean of its time over each shape's best Triton time)."""
     now = LAUNCH[KV_DTYPES[kv]]
     print(f"\n{kv}: us a layer (KV TB/s); LAUNCH now {tuple(now)}")
-    print("| shape | LAUNCH now | best Triton (block, warps, stages, fp16 dots) | "
+    print("| shape | LAUNCH now | best Triton (block, warps, stages, fp16 dots, registers) | "
           + " | ".join(FLASHINFER) + " |")
     print("| --- | ---: | ---: |" + " ---: |" * len(FLASHINFER))
     for (batch, context), (nbytes, res) in results.items():
@@ -259,6 +266,16 @@ def summarize(kv: str, results: dict[tuple[int, int], tuple[int, dict]]) -> None
           f"LAUNCH now {geo.get(now, float('nan')):.3f}x")
 
 
+def grid(args, fp8: bool) -> list[Launch]:
+    """The Launches to time: fp16 dots and register caps for FP8 only, the caps at 4 warps
+    only (with 8 the compiler's choice is about 128 already)."""
+    ints = [[int(x) for x in s.split(",")] for s in (args.block_t, args.warps, args.stages,
+                                                     args.fp16_dots, args.max_registers)]
+    return [Launch(block, warps, stages, bool(f16), regs)
+            for block, warps, stages, f16, regs in itertools.product(*ints)
+            if (fp8 or not (f16 or regs)) and (not regs or warps == 4)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kv-dtype", default="bf16,fp8_e4m3", help="comma-separated: bf16, fp8_e4m3")
@@ -266,16 +283,13 @@ def main() -> None:
     p.add_argument("--cases", default=CASES, help="batch x context, comma-separated")
     p.add_argument("--block-t", default="64,128,256")
     p.add_argument("--warps", default="4,8")
-    p.add_argument("--stages", default="2,3,4")
-    p.add_argument("--fp16-dots", default="0,1", help="FP8's dots in bf16 (0), fp16 (1)")
+    p.add_argument("--stages", default="2,3,4,6")
+    p.add_argument("--fp16-dots", default="0,1", help="FP8: dots in bf16 (0), fp16 (1)")
+    p.add_argument("--max-registers", default="0,128", help="FP8 with 4 warps: 0 = no cap")
     args = p.parse_args()
     kvs = args.kv_dtype.split(",")
     assert set(kvs) <= set(KV_DTYPES), f"--kv-dtype must be among {list(KV_DTYPES)}: {kvs}"
-    grid = ([int(x) for x in s.split(",")] for s in (args.block_t, args.warps, args.stages))
-    grid = list(itertools.product(*grid))
-    fp16_dots = [bool(int(x)) for x in args.fp16_dots.split(",")]
-    launches = {kv: [Launch(*c, f16) for c in grid for f16 in fp16_dots
-                     if KV_DTYPES[kv] == FP8 or not f16] for kv in kvs}
+    launches = {kv: grid(args, KV_DTYPES[kv] == FP8) for kv in kvs}
     shapes = [tuple(map(int, c.split("x"))) for c in args.cases.split(",")]
     failed = precompile(args.layout, launches)
     t0 = time.time()

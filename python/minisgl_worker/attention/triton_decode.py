@@ -36,12 +36,15 @@ LOG2E = 1.4426950408889634
 
 class Launch(NamedTuple):
     """The kernel's launch constants: KV tokens per loop step (its tile), warps a program,
-    software-pipeline stages of the tile loads; FP8 pools only: dots in fp16."""
+    software-pipeline stages of the tile loads (the page ids load a stage ahead of the tiles);
+    FP8 pools only: dots in fp16; registers a thread may use (0: the compiler's choice;
+    fewer let more programs share an SM, and so more tiles be in flight)."""
 
     block_t: int
     num_warps: int
     num_stages: int
     fp16_dots: bool = False
+    max_registers: int = 0
 
 
 # Per KV pool dtype (the model's dtype, or FP8): the sweep's best on the decode steps it times.
@@ -199,5 +202,6 @@ class WholeKVDecode:
             GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
             BLOCK_T=launch.block_t, PDL=pdl, num_warps=launch.num_warps,
             num_stages=launch.num_stages, FP16_DOTS=launch.fp16_dots,
-            **({"launch_pdl": True} if pdl else {}))
+            **({"launch_pdl": True} if pdl else {}),
+            **({"maxnreg": launch.max_registers} if launch.max_registers else {}))
         return out

@@ -50,7 +50,8 @@ def check() -> None:
         q_dtype = torch.bfloat16 if kv == "fp8, fp16 dots" else torch.float16
         qkv = torch.randn(len(lens), (hq + 2 * hkv) * d, dtype=q_dtype)
         q = qkv[:, : hq * d].view(len(lens), hq, d)
-        launch = Launch(32, 4, 2, fp16_dots=True) if kv == "fp8, fp16 dots" else None
+        launch = (Launch(32, 4, 2, fp16_dots=True, max_registers=128)
+                  if kv == "fp8, fp16 dots" else None)
         attn = WholeKVDecode(len(lens), hq, hkv, d, page, d**-0.5, indices.clone(), launch)
         attn.plan(indptr, last)
         order = attn._meta[2 * len(lens) + 1 :].tolist()
