@@ -97,6 +97,13 @@ def make_pool(batch: int, context: int, kv_dtype: torch.dtype, layout: str,
                 batch * context * token_bytes, scales)
 
 
+def gather_pages(cache: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """cache[ids], FP8 through its bytes (not every torch indexes FP8 tensors on the GPU)."""
+    if cache.dtype != FP8:
+        return cache[ids]
+    return cache.view(torch.uint8)[ids].view(FP8)
+
+
 def reference(pool: Pool, rows: list[int]) -> torch.Tensor:
     """Layer 0's attention of `rows` in float32, over the KV read back through the scales."""
     q, (k_scale, v_scale) = pool.q, pool.scales
@@ -105,8 +112,8 @@ def reference(pool: Pool, rows: list[int]) -> torch.Tensor:
     for b in rows:
         ids = pool.indices[int(pool.indptr[b]) : int(pool.indptr[b + 1])].long()
         n = (len(ids) - 1) * pool.k.shape[2] + int(pool.last[b])
-        kb, vb = (from_cache(c[0][ids], torch.float32, s).reshape(-1, hkv, d)[:n]
-                  .repeat_interleave(q.shape[1] // hkv, 1)
+        kb, vb = (from_cache(gather_pages(c[0], ids), torch.float32, s).reshape(-1, hkv, d)
+                  [:n].repeat_interleave(q.shape[1] // hkv, 1)
                   for c, s in ((pool.k, k_scale), (pool.v, v_scale)))
         s = torch.einsum("hd,thd->ht", q[b].float(), kb) / math.sqrt(d)
         out.append(torch.einsum("ht,thd->hd", s.softmax(-1), vb))
