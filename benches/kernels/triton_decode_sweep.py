@@ -22,7 +22,7 @@ processes (both keep their builds in a disk cache the timing process then loads)
 
     python benches/kernels/triton_decode_sweep.py [--kv-dtype bf16,fp8_e4m3]
         [--cases 256x1024,64x1024] [--block-t 64,128,256] [--warps 4,8] [--stages 2,3,4,6]
-        [--fp16-dots 0,1] [--max-registers 0,128]
+        [--fp16-dots 0,1] [--max-registers 0,128] [--flashinfer tc-whole,tc-split,cuda-cores]
 
 Prints one row per (shape, KV dtype, kernel) as it goes, then per shape the best of each
 kind, and per KV dtype the one Launch that is best over all shapes (its LAUNCH entry).
@@ -53,8 +53,8 @@ from common import capture
 BF16 = torch.bfloat16
 KV_DTYPES = {"bf16": BF16, "fp8_e4m3": FP8}
 LAYOUTS = {"llama-3.1-8b": (32, 8, 128, 16), "qwen3-0.6b": (16, 8, 128, 16)}  # hq hkv d page
-FLASHINFER = {"FI tc whole": (True, False), "FI tc split": (True, True),
-              "FI cuda cores": (False, True)}  # name: (tensor cores, split KV)
+FLASHINFER = {"tc-whole": (True, False), "tc-split": (True, True),
+              "cuda-cores": (False, True)}  # name: (tensor cores, split KV)
 CASES = "256x512,256x1024,256x2048,64x512,64x1024,64x2048,37x512,37x1024,37x2048"
 FOOTPRINT = 1 << 30  # bytes one replay reads, at least: far past the 50 MB L2
 
@@ -167,13 +167,14 @@ def _warm(kv: str, layout: str, kernel: str | Launch) -> str | None:
     return None
 
 
-def precompile(layout: str, launches: dict[str, list[Launch]]) -> dict[tuple, str]:
+def precompile(layout: str, launches: dict[str, list[Launch]],
+               flashinfer: list[str]) -> dict[tuple, str]:
     """Every kernel the sweep times, compiled by parallel processes -> {(kv, kernel): why it
     cannot run} for those that cannot."""
     t0 = time.time()
     # The slow JIT builds first, one job a module (whole and split KV share theirs).
-    kvs = list(launches)
-    jobs = [(kv, name) for kv in kvs for name in ("FI tc split", "FI cuda cores")]
+    kvs, modules = list(launches), {FLASHINFER[name][0]: name for name in flashinfer}
+    jobs = [(kv, name) for kv in kvs for name in modules.values()]
     jobs += [(kv, tuple(launch)) for kv in kvs for launch in launches[kv]]
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=spawn) as ex:
@@ -186,9 +187,10 @@ def precompile(layout: str, launches: dict[str, list[Launch]]) -> dict[tuple, st
                 why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if why is not None:
                 failed[job] = why
-    for kv in kvs:  # the tensor-core module, or its failure, serves both
-        if (kv, "FI tc split") in failed:
-            failed[kv, "FI tc whole"] = failed[kv, "FI tc split"]
+    for kv, name in itertools.product(kvs, flashinfer):  # a module's failure fails its kernels
+        built = kv, modules[FLASHINFER[name][0]]
+        if built in failed:
+            failed[kv, name] = failed[built]
     print(f"precompiled {len(jobs)} kernels in {time.time() - t0:.0f} s "
           f"({len(failed)} cannot run)", flush=True)
     for (kv, kernel), why in failed.items():
@@ -212,12 +214,12 @@ def sweep_shape(batch: int, context: int, kv: str, args, launches: list[Launch],
     pool = make_pool(batch, context, KV_DTYPES[kv], args.layout, torch.device("cuda"))
     rows = [0, batch // 2, batch - 1]
     ref = reference(pool, rows)
-    kernels: list[str | Launch] = [k for k in FLASHINFER if (kv, k) not in failed]
+    kernels: list[str | Launch] = [k for k in args.flashinfer if (kv, k) not in failed]
     kernels += [launch for launch in launches if (kv, tuple(launch)) not in failed]
     result = {}
     for kernel in kernels:
         fi = isinstance(kernel, str)
-        label = f"{kernel} | | |" if fi else "Triton{}{} | {} | {} | {}".format(
+        label = f"FlashInfer {kernel} | | |" if fi else "Triton{}{} | {} | {} | {}".format(
             ", fp16 dots" * kernel.fp16_dots,
             f", <= {kernel.max_registers} registers" * bool(kernel.max_registers), *kernel[:3])
         try:
@@ -250,7 +252,7 @@ def summarize(kv: str, results: dict[tuple[int, int], tuple[int, dict]]) -> None
     now = LAUNCH[KV_DTYPES[kv]]
     print(f"\n{kv}: us a layer (KV TB/s); LAUNCH now {tuple(now)}")
     print("| shape | LAUNCH now | best Triton (block, warps, stages, fp16 dots, registers) | "
-          + " | ".join(FLASHINFER) + " |")
+          + " | ".join(f"FlashInfer {name}" for name in FLASHINFER) + " |")
     print("| --- | ---: | ---: |" + " ---: |" * len(FLASHINFER))
     for (batch, context), (nbytes, res) in results.items():
         best = min((k for k in res if not isinstance(k, str)), key=res.__getitem__,
@@ -293,12 +295,16 @@ def main() -> None:
     p.add_argument("--stages", default="2,3,4,6")
     p.add_argument("--fp16-dots", default="0,1", help="FP8: dots in bf16 (0), fp16 (1)")
     p.add_argument("--max-registers", default="0,128", help="FP8 with 4 warps: 0 = no cap")
+    p.add_argument("--flashinfer", default=",".join(FLASHINFER),
+                   help=f"FlashInfer's decodes to time, among {list(FLASHINFER)} ('' for none)")
     args = p.parse_args()
     kvs = args.kv_dtype.split(",")
     assert set(kvs) <= set(KV_DTYPES), f"--kv-dtype must be among {list(KV_DTYPES)}: {kvs}"
+    args.flashinfer = [name for name in args.flashinfer.split(",") if name]
+    assert set(args.flashinfer) <= set(FLASHINFER), f"--flashinfer: {args.flashinfer}"
     launches = {kv: grid(args, KV_DTYPES[kv] == FP8) for kv in kvs}
     shapes = [tuple(map(int, c.split("x"))) for c in args.cases.split(",")]
-    failed = precompile(args.layout, launches)
+    failed = precompile(args.layout, launches, args.flashinfer)
     t0 = time.time()
     print("| shape | KV | kernel | block | warps | stages | us a layer | KV TB/s | error |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
