@@ -84,6 +84,19 @@ def test_streamed_calls_assemble_to_the_whole_answer(server: Server) -> None:
     _check_calls([(c["name"], c["arguments"]) for c in calls.values()], set(SCHEMAS))
 
 
+def test_strict_tools_under_auto_give_only_valid_calls(server: Server) -> None:
+    # `strict: true` under `auto`: free text, but any call holds to its schema.
+    strict = [{**t, "function": {**t["function"], "strict": True}} for t in TOOLS]
+    for seed in range(3):
+        c = _chat(server, seed=seed, tools=strict, tool_choice="auto").choices[0]
+        calls = c.message.tool_calls or []
+        if calls:
+            assert c.finish_reason == "tool_calls", c
+            _check_calls([(t.function.name, t.function.arguments) for t in calls], set(SCHEMAS))
+        else:
+            assert c.message.content and c.finish_reason in ("stop", "length"), c
+
+
 def test_a_conversation_with_a_tool_result_is_answered(server: Server) -> None:
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather",

@@ -51,7 +51,39 @@ pub fn forced_calls(format: ToolFormat, tools: &[&Tool], max_calls: usize) -> Co
     }
 }
 
-/// `{"name": <const>, <args key>: <parameters>}` for each tool, any one of them.
+/// `tool_choice: "auto"` when a tool is `strict`: free text, and calls that hold to their
+/// schema wherever the model opens one (a lazy rule ends the text at the first opening), so
+/// a strict function's arguments always follow its `parameters` (the others' are any
+/// object, and only offered names may be called). Hermes and Mistral, whose calls open
+/// with a marker; None for Llama 3, whose calls are the whole output.
+pub fn strict_auto(format: ToolFormat, tools: &[&Tool], max_calls: usize) -> Option<Constraint> {
+    let (open, body) = match format {
+        ToolFormat::Hermes => (
+            "<tool_call>\\n",
+            format!(
+                "%json {} \"\\n</tool_call>\"",
+                with_options(call_schema(format, tools))
+            ),
+        ),
+        ToolFormat::Mistral => {
+            let list = json!({"type": "array", "items": call_schema(format, tools), "minItems": 1});
+            ("[TOOL_CALLS]", format!("%json {}", with_options(list)))
+        }
+        ToolFormat::Llama3 => return None,
+    };
+    let calls = if max_calls == 1 { "call?" } else { "call*" };
+    let source = format!(
+        "%llguidance {{}}\nstart: {calls} TEXT\nTEXT: /(.|\\n)*/\n\
+         opening[lazy]: TEXT \"{open}\"\ncall: opening {body}\n"
+    );
+    Some(Constraint {
+        kind: ConstraintKind::Lark,
+        source,
+    })
+}
+
+/// `{"name": <const>, <args key>: <parameters>}` for each tool, any one of them (a tool
+/// marked `strict: false` takes any arguments object).
 fn call_schema(format: ToolFormat, tools: &[&Tool]) -> Value {
     let args = format.args_key();
     let mut objects: Vec<Value> = tools
@@ -59,7 +91,11 @@ fn call_schema(format: ToolFormat, tools: &[&Tool]) -> Value {
         .map(|t| {
             let mut properties = serde_json::Map::new();
             properties.insert("name".into(), json!({"const": t.function.name}));
-            properties.insert(args.into(), t.function.parameters_schema());
+            let parameters = match t.function.strict {
+                Some(false) => json!({"type": "object"}),
+                _ => t.function.parameters_schema(),
+            };
+            properties.insert(args.into(), parameters);
             json!({
                 "type": "object",
                 "properties": properties,
@@ -127,6 +163,30 @@ mod tests {
         assert_eq!(schema["x-guidance"]["whitespace_flexible"], json!(false));
         let one = forced_calls(ToolFormat::Hermes, &[&a], 1);
         assert!(one.source.starts_with("start: call\n"), "{}", one.source);
+    }
+
+    #[test]
+    fn strict_auto_lets_text_through_and_holds_calls_to_their_schemas() {
+        let a = tool(
+            "a",
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        );
+        let c = strict_auto(ToolFormat::Hermes, &[&a], usize::MAX).unwrap();
+        let (head, tail) = c.source.split_once("%json ").unwrap();
+        assert_eq!(
+            head,
+            "%llguidance {}\nstart: call* TEXT\nTEXT: /(.|\\n)*/\n\
+             opening[lazy]: TEXT \"<tool_call>\\n\"\ncall: opening "
+        );
+        assert!(tail.ends_with("} \"\\n</tool_call>\"\n"), "{tail}");
+        let schema: Value = serde_json::from_str(tail.rsplit_once(" \"").unwrap().0).unwrap();
+        assert_eq!(
+            schema["properties"]["arguments"]["properties"]["x"]["type"],
+            "integer"
+        );
+        let mistral = strict_auto(ToolFormat::Mistral, &[&a], 1).unwrap().source;
+        assert!(mistral.contains("start: call? TEXT\n") && mistral.contains("\"[TOOL_CALLS]\""));
+        assert!(strict_auto(ToolFormat::Llama3, &[&a], 1).is_none());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::text::reasoning::ReasoningFormat;
 use crate::text::tool_calls::ToolFormat;
-use grammar::forced_calls;
+use grammar::{forced_calls, strict_auto};
 use output::OutputPlan;
 use request::ToolRequest;
 
@@ -59,6 +59,16 @@ pub fn prepare(
         }
         let constraint = forced_calls(state.tool_format, &tools.callable(), tools.max_calls());
         params.sampling.constraint = Some(constraint);
+    } else if tools.strict() && params.sampling.constraint.is_none() {
+        if common.min_tokens.unwrap_or(0) > 0 {
+            return Err(ApiError::invalid(
+                "min_tokens",
+                "`min_tokens` cannot be combined with `strict` tools (their calls are decoded \
+                 under a grammar)",
+            ));
+        }
+        let constraint = strict_auto(state.tool_format, &tools.callable(), tools.max_calls());
+        params.sampling.constraint = constraint;
     }
     let plan = OutputPlan {
         tools: tools.active().then(|| {

@@ -27,9 +27,9 @@ pub struct Function {
     /// A JSON schema of the arguments object; absent: any object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
-    /// OpenAI's "arguments always follow the schema": they do whenever the call is forced
-    /// (`required` or a named choice, decoded under a grammar); `auto` calls are parsed as
-    /// written (docs/api.md).
+    /// OpenAI's "arguments always follow the schema": forced calls (`required`, a named
+    /// choice) always do; under `auto`, a `strict: true` tool puts the calls under a grammar
+    /// (Hermes and Mistral formats; docs/api.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
 }
@@ -143,6 +143,12 @@ impl ToolRequest {
     /// Whether the output must be calls (decoded under a grammar).
     pub fn forced(&self) -> bool {
         matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_))
+    }
+
+    /// `auto` with a tool marked `strict: true`: calls are decoded under a grammar.
+    pub fn strict(&self) -> bool {
+        self.choice == ToolChoice::Auto
+            && self.tools.iter().any(|t| t.function.strict == Some(true))
     }
 
     /// The tools a forced output may call: the named one, or all.
