@@ -47,11 +47,15 @@ class Launch(NamedTuple):
     max_registers: int = 0
 
 
-# Per KV pool dtype (the model's dtype, or FP8): the sweep's best on the decode steps it times.
+# Per KV pool dtype (the model's dtype, or FP8): the best over every shape of
+# benches/kernels/triton_decode_sweep.py on one H200 (Llama-3.1-8B's heads; batch 256/64/37 x
+# context 512-2048; RESULTS.md): bf16 1.017x each shape's best on average (128, 4, 2 was
+# 1.060x); FP8 1.013x (128, 4, 2 was 1.190x: FP8 needs more loads in flight, hence 6
+# stages, and fp16 dots halve the upcast's conversions).
 LAUNCH: dict[torch.dtype, Launch] = {
-    torch.bfloat16: Launch(128, 4, 2),
-    torch.float16: Launch(128, 4, 2),
-    torch.float8_e4m3fn: Launch(128, 4, 2),
+    torch.bfloat16: Launch(64, 4, 3),
+    torch.float16: Launch(64, 4, 3),
+    torch.float8_e4m3fn: Launch(128, 4, 6, fp16_dots=True),
 }
 
 
