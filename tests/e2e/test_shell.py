@@ -62,8 +62,8 @@ def shell() -> Iterator[Shell]:
     child.expect(r"minisgl shell: SmolLM2-135M-Instruct at http://127\.0\.0\.1:\d+")
     child.expect_exact(PROMPT)
     shell = Shell(child, f"http://127.0.0.1:{port}")
-    assert shell.run("/set temperature 0") == ""
-    assert shell.run("/set max_tokens 48") == ""
+    assert shell.run("/set temperature 0") == "[temperature 0]"
+    assert shell.run("/set max_tokens 48") == "[max_tokens 48]"
     yield shell
     if child.isalive():
         child.terminate(force=True)

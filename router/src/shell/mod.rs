@@ -100,8 +100,14 @@ fn apply(command: Command, settings: &mut Settings, history: &mut Vec<Value>) {
             );
             settings.system = text;
         }
-        Command::Temperature(t) => settings.temperature = t,
-        Command::MaxTokens(n) => settings.max_tokens = n,
+        Command::Temperature(t) => {
+            settings.temperature = t;
+            println!("[temperature {t}]");
+        }
+        Command::MaxTokens(n) => {
+            settings.max_tokens = n;
+            println!("[max_tokens {n}]");
+        }
         Command::Settings => println!(
             "temperature {}, max_tokens {}, system prompt: {}",
             settings.temperature,
