@@ -32,7 +32,7 @@ def step_budget(config: str, chunk_size: int) -> StepBudget:
     """A --configs entry, POLICY:MIXED_CHUNK[:STEP_TOKENS] (e.g. lof:8192:256), as the
     scheduler's StepBudget."""
     policy, mixed, *steps = config.split(":")
-    return StepBudget(chunk_size, policy, int(mixed), int(steps[0]) if steps else None)
+    return StepBudget(chunk_size, policy, int(mixed), int(steps[0]) if steps else 0)
 
 
 def run_config(llm: LLM, name: str, label: str, prompts: list[list[int]],

@@ -160,11 +160,13 @@ def main() -> None:
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
     p.add_argument("--page-size", type=int, default=0, help="0: the engine's default")
     p.add_argument("--chunk-size", type=int, default=8192)
-    p.add_argument("--policy", default="fcfs", help="the scheduler's queue order: fcfs or lof")
+    p.add_argument("--policy", default=None,
+                   help="the scheduler's queue order: fcfs or lof (default: derived, "
+                        "scheduler/budget.py)")
     p.add_argument("--mixed-chunk-size", type=int, default=None,
-                   help="prefill tokens beside decodes (default: the chunk size)")
+                   help="prefill tokens beside decodes; 0: the chunk size (default: derived)")
     p.add_argument("--mixed-step-tokens", type=int, default=None,
-                   help="cap on a step with decodes (scheduler/budget.py; default off)")
+                   help="cap on a step with decodes; 0: off (default: derived)")
     p.add_argument("--mixed-graph-tokens", type=int,
                    default=None,
                    help="whole CUDA graphs for mixed steps of up to this many tokens "

@@ -54,10 +54,17 @@ def _graph_tokens(text: str) -> int:
     return value
 
 
+def _auto_non_negative(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (derived) or >= 0; got {value}")
+    return value
+
+
 def _step_tokens(text: str) -> int:
     value = int(text)
-    if value != 0 and value < 4:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or >= 4; got {value}")
+    if value not in (-1, 0) and value < 4:
+        raise argparse.ArgumentTypeError(f"must be -1 (derived), 0 (off) or >= 4; got {value}")
     return value
 
 
@@ -79,19 +86,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
     p.add_argument(
-        "--mixed-chunk-size", type=_non_negative, default=0,
-        help="prefill tokens per step beside running decodes; 0: the chunk size",
+        "--mixed-chunk-size", type=_auto_non_negative, default=-1,
+        help="prefill tokens per step beside running decodes; 0: the chunk size; -1: derived "
+        "from the model and the GPU so a step's prompt work fits a 50 ms inter-token latency "
+        "(scheduler/budget.py; the whole chunk on CPU)",
     )
     p.add_argument(
-        "--mixed-step-tokens", type=_step_tokens, default=0,
+        "--mixed-step-tokens", type=_step_tokens, default=-1,
         help="once N/4 or more requests decode, a step holds at most N tokens, decodes "
-        "included (prompt chunks fill the rest; at least N/8 a step); 0: off. 256 with "
-        "--schedule-policy lof suits large models' offline batches (benches/RESULTS.md)",
+        "included (prompt chunks fill the rest; at least N/8 a step); 0: off; -1: derived "
+        "(off when serving). 256 with --schedule-policy lof suits large models' offline "
+        "batches (benches/RESULTS.md)",
     )
     p.add_argument(
-        "--schedule-policy", default="fcfs", choices=list(POLICIES),
+        "--schedule-policy", default="auto", choices=["auto", *POLICIES],
         help="queue order: fcfs, or lof (longest max_new_tokens first: shortens a batch "
-        "submitted at once; long requests overtake short ones)",
+        "submitted at once; long requests overtake short ones); auto: fcfs when serving",
     )
     p.add_argument(
         "--cache", default="radix", choices=list(CACHE_KINDS),

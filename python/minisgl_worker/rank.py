@@ -38,8 +38,9 @@ def run_rank(args: argparse.Namespace, addr: str | None, rank: int) -> None:
     ))
     scheduler = Scheduler(
         engine, chunk_size=args.chunk_size, prefix_cache=args.cache,
-        policy=args.schedule_policy, mixed_chunk_size=args.mixed_chunk_size or None,
-        mixed_step_tokens=args.mixed_step_tokens or None,
+        policy=None if args.schedule_policy == "auto" else args.schedule_policy,
+        mixed_chunk_size=None if args.mixed_chunk_size < 0 else args.mixed_chunk_size,
+        mixed_step_tokens=None if args.mixed_step_tokens < 0 else args.mixed_step_tokens,
     )
     try:
         if comm is not None and not info.is_primary:

@@ -1,48 +1,177 @@
-"""What the next step admits: the waiting queue's order and the step's prompt-token budget.
+"""What the next step admits, and the defaults of it derived from the model and the GPU.
 
-Order. First come, first served ("fcfs", the default), or longest max_new_tokens first
-("lof", SGLang's name), for a batch submitted at once: the requests admitted last then
-finish soonest.
+Order. First come, first served ("fcfs"), or longest max_new_tokens first ("lof",
+SGLang's name), for a batch submitted at once: the requests admitted last then finish
+soonest.
 
 Budget. A step takes at most `chunk_size` tokens, decodes included. A step with decodes
-takes at most `mixed_chunk_size` prompt tokens (default: the chunk size), which bounds how
-long a prompt stalls the running decodes. `mixed_step_tokens` N (default off) caps a step
-at N tokens, decodes included, once N // 4 or more requests decode (prompts still get at
-least N // 8 tokens a step, however many decode): prompt chunks then fill the rows that a decode
-step's weight-bound GEMMs leave idle, where a prompt token costs about half what it costs
-in a full chunk, while a step with fewer decodes still prefills a whole chunk. On the H200
-offline workload (benches/RESULTS.md), lof with 256 saves 5-6% on Llama-3.1-8B; on
-Qwen3-0.6B, whose GEMMs are latency-bound, it gains nothing. And beside many decodes it
-holds a long prompt to 32-192 tokens a step, a slow first token when serving online. So
-neither setting is the default."""
+takes at most `mixed_chunk_size` prompt tokens, which bounds how long a prompt stalls the
+running decodes: a long prompt is split across steps while decodes run, and takes the whole
+chunk when none do. `mixed_step_tokens` N (0: off) caps a step at N tokens, decodes
+included, once N // 4 or more requests decode (prompts still get at least N // 8 tokens a
+step): prompt chunks then fill the rows that a decode step's weight-bound GEMMs leave idle,
+where a prompt token costs about half what it costs in a full chunk.
+
+Defaults (`derive`; a flag or argument given overrides each one):
+- `mixed_chunk_size`, serving: the prompt tokens whose compute fits one target
+  inter-token latency, TARGET_ITL_S x the GPU's bf16 FLOP/s x PREFILL_EFFICIENCY / the
+  FLOPs of a prompt token (2 x the weights a token multiplies: the layers' linears; the LM
+  head runs only on sampled rows), rounded down to ROUND tokens, within [ROUND, chunk].
+  A running stream then waits at most about that long plus a decode step for its next
+  token. Llama-3.1-8B (14.0 GFLOP a token) on an H200 (989 TFLOP/s): 50 ms -> 2,048;
+  Qwen3-0.6B (0.88 GFLOP): 34k, clamped to the chunk (8,192), so it runs as before.
+  Without the bound, a step at saturation on the 8B is the whole 8,192-token chunk beside
+  ~254 decodes, 194 ms (benches/RESULTS.md), every stream's token stalled that long.
+  Why 50 ms: mini-sglang's p99 ITL on the same online workload is 41-69 ms; a smaller
+  budget adds steps, each re-reading every running request's KV (~9 ms beside 256 decodes
+  of ~1k tokens on the 8B), which is prefill throughput lost at saturation. The curve
+  (scripts/gpu-budget) measures the trade.
+- `mixed_chunk_size`, offline (`LLM`): the chunk. Nobody watches a stream, and every
+  extra step re-reads the KV, so a batch job wants the fewest, largest steps.
+- `policy` and `mixed_step_tokens`, offline, when the weights are read at least
+  WEIGHT_BOUND_S a step (the decode GEMMs are bandwidth-bound, not launch-bound): lof and
+  steps of the GPU's ridge point (FLOP/s over bytes/s: the GEMM rows at which reading bf16
+  weights stops being the bottleneck), rounded to a power of two within [64, 256] (256:
+  the mixed-step CUDA graphs' size). H200: 206 -> 256. On the H200 offline workload that
+  saves 5-6% on Llama-3.1-8B (weights read in ~3 ms) and nothing on Qwen3-0.6B (~0.25 ms,
+  under a decode step's ~1.75 ms of launches), which keeps fcfs and no cap.
+- Serving keeps fcfs and no cap: lof lets long requests overtake short ones that arrived
+  first, and the cap holds a long prompt to 32-192 tokens a step beside many decodes.
+- On CPU (no peak to derive from): the chunk beside decodes, fcfs, no cap.
+
+What the others do: vLLM's `max_num_batched_tokens` is one budget per step, decodes first
+and prompt chunks filling the rest (8,192 for its server and 16,384 for its `LLM` class on
+GPUs of 70 GiB and more, 2,048 / 8,192 below; 2,048 was its earlier chunked-prefill
+default, chosen for inter-token latency). SGLang's `chunked_prefill_size` (8,192 on
+H100/H200-class memory) splits prompts, and `--enable-mixed-chunk` puts a chunk beside the
+decodes; without it prefill and decode steps alternate, each decode waiting out a whole
+chunk. Both leave the stall at a whole chunk by default; here the budget beside decodes
+follows the latency target instead, and a step without decodes still takes the chunk."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..core import Req
 
+if TYPE_CHECKING:
+    import torch
+
+    from ..models import ModelConfig
+
 POLICIES = ("fcfs", "lof")
+TARGET_ITL_S = 0.050
+# A prompt step's linear-layer FLOPs over its time, as a fraction of the data-sheet peak:
+# 8,192 tokens of Llama-3.1-8B beside ~254 decodes took 193.9 ms on an H200 (0.60 x 989
+# TFLOP/s); attention, norms and the decodes' KV reads are the rest.
+PREFILL_EFFICIENCY = 0.60
+ROUND = 256  # prompt budgets in whole 256-token tiles
+WEIGHT_BOUND_S = 0.002
+
+# Dense bf16 tensor-core FLOP/s and HBM bytes/s from the vendors' data sheets, by a fragment
+# of the device name (longest fragment first: "H20" is not an "H200").
+GPU_PEAKS = {
+    "H200": (989e12, 4.8e12), "H100": (989e12, 3.35e12), "H20": (148e12, 4.0e12),
+    "A100": (312e12, 2.0e12), "L40S": (362e12, 0.864e12), "B200": (2250e12, 8.0e12),
+}
+SM_FLOPS_FALLBACK = 2.89e12  # an unknown GPU: an A100's FLOP/s per SM ...
+RIDGE_FALLBACK = 156  # ... and its FLOP per byte
 
 
+class GpuPeak(NamedTuple):
+    name: str
+    flops: float  # dense bf16, per second
+    bandwidth: float  # HBM, bytes per second
+
+    @classmethod
+    def of(cls, device: torch.device) -> GpuPeak | None:
+        """The GPU's peak from GPU_PEAKS, or estimated from its SMs; None on CPU."""
+        if device.type != "cuda":
+            return None
+        import torch
+
+        props = torch.cuda.get_device_properties(device)
+        for fragment in sorted(GPU_PEAKS, key=len, reverse=True):
+            if fragment in props.name:
+                return cls(props.name, *GPU_PEAKS[fragment])
+        flops = props.multi_processor_count * SM_FLOPS_FALLBACK
+        return cls(f"{props.name} (estimated)", flops, flops / RIDGE_FALLBACK)
+
+
+def linear_params(cfg: ModelConfig) -> int:
+    """The weights one prompt token multiplies: every layer's qkv, o and MLP linears."""
+    qkv = cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+    o = cfg.num_heads * cfg.head_dim * cfg.hidden_size
+    mlp = 3 * cfg.hidden_size * cfg.intermediate_size
+    return cfg.num_layers * (qkv + o + mlp)
+
+
+def weight_bytes(cfg: ModelConfig, itemsize: int = 2) -> int:
+    """The bytes a decode step reads of weights: the linears and the LM head."""
+    return (linear_params(cfg) + cfg.vocab_size * cfg.hidden_size) * itemsize
+
+
+class Defaults(NamedTuple):
+    policy: str
+    mixed_chunk_size: int
+    mixed_step_tokens: int  # 0: off
+    why: str  # for the start-up log line
+
+
+def derive(cfg: ModelConfig, gpu: GpuPeak | None, chunk_size: int, offline: bool) -> Defaults:
+    """The step budget's defaults for this model on this GPU (the module docstring)."""
+    if gpu is None:
+        return Defaults("fcfs", chunk_size, 0, "no GPU peak (CPU): the whole chunk")
+    flops = 2 * linear_params(cfg)
+    fits = int(TARGET_ITL_S * gpu.flops * PREFILL_EFFICIENCY / flops)
+    bounded = min(max(fits // ROUND * ROUND, ROUND), chunk_size)
+    mixed = chunk_size if offline else bounded
+    read_s = weight_bytes(cfg) / gpu.bandwidth
+    why = (f"{gpu.name}: {gpu.flops / 1e12:.0f} TFLOP/s, {gpu.bandwidth / 1e12:.2f} TB/s; "
+           f"{flops / 1e9:.2f} GFLOP a prompt token, weights read in {read_s * 1e3:.2f} ms")
+    if not offline:
+        why += (f"; serving: {fits} prompt tokens fit {TARGET_ITL_S * 1e3:.0f} ms, "
+                f"{bounded} beside decodes")
+        return Defaults("fcfs", mixed, 0, why)
+    if read_s < WEIGHT_BOUND_S:
+        return Defaults("fcfs", mixed, 0, why + "; offline, launch-bound decode: fcfs, no cap")
+    ridge = gpu.flops / gpu.bandwidth
+    steps = min(max(1 << round(math.log2(ridge)), 64), 256)
+    why += f"; offline, weight-bound decode: lof, steps of {steps} (ridge {ridge:.0f})"
+    return Defaults("lof", mixed, steps, why)
+
+
+@dataclass
 class StepBudget:
-    def __init__(self, chunk_size: int, policy: str = "fcfs",
-                 mixed_chunk_size: int | None = None, mixed_step_tokens: int | None = None):
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-        if mixed_step_tokens is not None and mixed_step_tokens < 4:
-            raise ValueError(f"mixed_step_tokens must be at least 4; got {mixed_step_tokens}")
-        assert chunk_size >= 1
-        self.chunk_size = chunk_size
-        self.policy = policy
-        self.mixed_chunk_size = min(mixed_chunk_size or chunk_size, chunk_size)
-        assert self.mixed_chunk_size >= 1
-        self.mixed_step_tokens = mixed_step_tokens
+    chunk_size: int
+    policy: str = "fcfs"
+    mixed_chunk_size: int = 0  # 0: the chunk size
+    mixed_step_tokens: int = 0  # 0: off
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {self.policy!r}")
+        if self.mixed_step_tokens and self.mixed_step_tokens < 4:
+            raise ValueError(
+                f"mixed_step_tokens must be 0 (off) or at least 4; got {self.mixed_step_tokens}")
+        assert self.chunk_size >= 1 and self.mixed_chunk_size >= 0
+        self.mixed_chunk_size = min(self.mixed_chunk_size or self.chunk_size, self.chunk_size)
+
+    @classmethod
+    def resolve(cls, chunk_size: int, policy: str | None, mixed_chunk_size: int | None,
+                mixed_step_tokens: int | None, derived: Defaults) -> StepBudget:
+        """Each setting given (not None) overrides its derived default."""
+        return cls(chunk_size, derived.policy if policy is None else policy,
+                   derived.mixed_chunk_size if mixed_chunk_size is None else mixed_chunk_size,
+                   derived.mixed_step_tokens if mixed_step_tokens is None else mixed_step_tokens)
 
     @property
     def capped_from(self) -> int:
         """How many decodes a step needs for `mixed_step_tokens` to cap it (when set)."""
-        return (self.mixed_step_tokens or 0) // 4
+        return self.mixed_step_tokens // 4
 
     def describe(self) -> str:
         """For the scheduler's start-up log line."""

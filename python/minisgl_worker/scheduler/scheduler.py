@@ -40,7 +40,7 @@ from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
 from .batch import build_batch
-from .budget import StepBudget
+from .budget import GpuPeak, StepBudget, derive
 from .cache import CacheManager
 from .decode import DecodeManager
 from .prefill import PrefillAdder
@@ -52,13 +52,17 @@ logger = logging.getLogger(__name__)
 class Scheduler:
     def __init__(
         self, engine: Engine, chunk_size: int = 8192, prefix_cache: str = "radix",
-        overlap: bool | None = None, policy: str = "fcfs", mixed_chunk_size: int | None = None,
-        mixed_step_tokens: int | None = None,
+        overlap: bool | None = None, policy: str | None = None,
+        mixed_chunk_size: int | None = None, mixed_step_tokens: int | None = None,
+        offline: bool = False,
     ):
         """overlap: None = on for CUDA unless MINISGL_DISABLE_OVERLAP=1 (on CPU the
         forward is synchronous, so overlapping would only delay every output a step).
-        policy, mixed_chunk_size, mixed_step_tokens: the StepBudget's (budget.py)."""
-        self.budget = StepBudget(chunk_size, policy, mixed_chunk_size, mixed_step_tokens)
+        policy, mixed_chunk_size, mixed_step_tokens: the StepBudget's, None = derived from
+        the model and the GPU for serving, or for a batch job when `offline` (budget.py)."""
+        derived = derive(engine.model_config, GpuPeak.of(engine.device), chunk_size, offline)
+        self.budget = StepBudget.resolve(
+            chunk_size, policy, mixed_chunk_size, mixed_step_tokens, derived)
         if overlap is None:
             overlap = engine.device.type == "cuda" and not os.environ.get(
                 "MINISGL_DISABLE_OVERLAP", ""
@@ -86,8 +90,8 @@ class Scheduler:
         # of them the prefix cache supplied (the `load` message's hit-rate counters).
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
-        logger.info("scheduler: cache %s, %s, overlap %s", prefix_cache,
-                    self.budget.describe(), "on" if overlap else "off")
+        logger.info("scheduler: cache %s, %s, overlap %s (defaults derived from %s)",
+                    prefix_cache, self.budget.describe(), "on" if overlap else "off", derived.why)
 
     # ---- requests in ----
 

@@ -84,8 +84,15 @@ def test_bucket_for_pads_fewer_than_16_rows() -> None:
 
 def test_worker_cli_checks_mixed_step_tokens(capsys: pytest.CaptureFixture) -> None:
     base = ["--model", "m", "--listen", "ipc:///tmp/x"]
-    assert parse_args(base).mixed_step_tokens == 0
+    args = parse_args(base)  # derived (scheduler/budget.py) unless given
+    assert (args.mixed_step_tokens, args.mixed_chunk_size, args.schedule_policy) == (
+        -1, -1, "auto")
+    assert parse_args([*base, "--mixed-step-tokens", "0"]).mixed_step_tokens == 0
     assert parse_args([*base, "--mixed-step-tokens", "256"]).mixed_step_tokens == 256
     with pytest.raises(SystemExit):
         parse_args([*base, "--mixed-step-tokens", "3"])
-    assert "--mixed-step-tokens: must be 0 (off) or >= 4; got 3" in capsys.readouterr().err
+    assert "--mixed-step-tokens: must be -1 (derived), 0 (off) or >= 4; got 3" in (
+        capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--mixed-chunk-size", "-2"])
+    assert "must be -1 (derived) or >= 0; got -2" in capsys.readouterr().err
