@@ -15,6 +15,7 @@
 //! cumulative prompt / cached prompt tokens and their ratio `minisgl_prefix_cache_hit_rate`;
 //! its state `minisgl_worker_state{worker, state}` (1 for the current one) and
 //! `minisgl_worker_restarts_total{worker}`; `minisgl_request_retries_total`;
+//! `minisgl_request_timeouts_total` (generations stopped by `--request-timeout`);
 //! `minisgl_client_disconnects_total{worker}` (generations aborted because their client
 //! went away); the router's own `minisgl_router_tasks` and `process_resident_memory_bytes`;
 //! and how exact the prefix index is (routing/index.rs), per worker: the tokens it holds
@@ -97,6 +98,8 @@ pub struct Metrics {
     pub retries: AtomicU64,
     /// The routing policy's picks, by worker and rule.
     pub routing: Decisions,
+    /// Generations stopped by `--request-timeout` (answered 504 or an SSE timeout event).
+    pub timeouts: AtomicU64,
 }
 
 impl Metrics {
@@ -161,6 +164,12 @@ impl Metrics {
             "minisgl_request_retries_total",
             "Generations sent again after their worker failed before their first token.",
             self.retries.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "minisgl_request_timeouts_total",
+            "Generations stopped because they ran past --request-timeout.",
+            self.timeouts.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

@@ -10,7 +10,7 @@ import pytest
 import requests
 from minisgl_worker.default_model import ensure_default_model
 
-from tests.e2e.conftest import Server, start_router, stop_router, wait_idle
+from tests.e2e.conftest import Server, metric, start_router, stop_router, wait_idle
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,13 @@ def post(server: Server, body: dict, stream: bool = False) -> requests.Response:
                          timeout=120)
 
 
+def timeouts(server: Server) -> float:
+    text = requests.get(f"{server.base_url}/metrics", timeout=10).text
+    return metric(text, "minisgl_request_timeouts_total")
+
+
 def test_a_request_past_the_timeout_gets_504_and_its_kv_is_freed(timed: Server) -> None:
+    before = timeouts(timed)
     started = time.monotonic()
     r = post(timed, LONG)
     took = time.monotonic() - started
@@ -43,9 +49,11 @@ def test_a_request_past_the_timeout_gets_504_and_its_kv_is_freed(timed: Server) 
     assert error["type"] == "timeout" and "--request-timeout" in error["message"], error
     assert TIMEOUT_S <= took < TIMEOUT_S + 15, took
     wait_idle(timed.base_url, timeout_s=10)
+    assert timeouts(timed) == before + 1
 
 
 def test_a_stream_past_the_timeout_ends_with_an_error_event(timed: Server) -> None:
+    before = timeouts(timed)
     started = time.monotonic()
     with post(timed, {**LONG, "stream": True}, stream=True) as r:
         assert r.status_code == 200
@@ -58,7 +66,7 @@ def test_a_stream_past_the_timeout_ends_with_an_error_event(timed: Server) -> No
     assert any(json.loads(e).get("choices") for e in events[:-2])  # tokens came first
     assert TIMEOUT_S <= took < TIMEOUT_S + 15, took
     wait_idle(timed.base_url, timeout_s=10)
-
+    assert timeouts(timed) == before + 1
 
 
 def test_the_model_path_as_given_and_the_folder_name_are_served(timed: Server) -> None:

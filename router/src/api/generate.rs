@@ -221,6 +221,7 @@ impl Generation {
         if let Some(request) = self.request.take() {
             request.abort();
         }
+        self.state.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
         let secs = self.state.limits.request_timeout.unwrap_or_default();
         ApiError::Timeout(format!(
             "the request ran past the server's limit of {secs} s (--request-timeout) and was \
