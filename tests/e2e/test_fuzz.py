@@ -5,14 +5,18 @@ and missing fields, invalid UTF-8, truncated bodies, wrong content types and met
 bodies past the size limit. Every answer must be below 500 (4xx in OpenAI's error shape),
 the router and its worker must survive, and a normal request must then be answered right.
 
-MINISGL_FUZZ_COUNT sets the number of requests (default 400: about 75 s on a loaded 2-core
-machine, where most valid requests generate a few tokens)."""
+MINISGL_FUZZ_COUNT sets the number of requests (default 2,000). Hypothesis draws them all
+first, then CLIENTS threads send them at once: the valid ones among them (a few tokens each,
+under a small `--max-tokens-limit`) are batched by the worker instead of each paying its own
+steps, which is what makes thousands affordable on a 2-core CPU machine; concurrency also
+fuzzes the router's admission and batching paths, not just its parsing."""
 
 import http.client
 import json
 import os
 import string
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -24,7 +28,8 @@ from tests.e2e.conftest import Server, start_router, stop_router, wait_idle
 
 pytestmark = pytest.mark.slow
 
-COUNT = int(os.environ.get("MINISGL_FUZZ_COUNT", "400"))
+COUNT = int(os.environ.get("MINISGL_FUZZ_COUNT", "2000"))
+CLIENTS = 16  # concurrent senders (the router's --max-requests is far above it)
 MAX_BODY = 4 << 20  # the router's body limit
 MODEL = "SmolLM2-135M-Instruct"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -126,7 +131,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def send(server: Server, method: str, path: str, body: bytes | None,
          content_type: str | None) -> tuple[int, bytes]:
     host, port = server.base_url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
     headers = {"Content-Type": content_type} if content_type else {}
     try:
         try:
@@ -140,23 +145,35 @@ def send(server: Server, method: str, path: str, body: bytes | None,
         conn.close()
 
 
-def test_fuzzed_requests_never_get_a_5xx(fuzzed: Server) -> None:
-    statuses: dict[int, int] = {}
+Request = tuple[str, str, bytes | None, str | None]
 
-    @settings(max_examples=COUNT, deadline=None, database=None, derandomize=False,
-              phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+
+def draw_requests(count: int) -> list[Request]:
+    """`count` requests drawn by Hypothesis (generation only: nothing is sent yet)."""
+    drawn: list[Request] = []
+
+    @settings(max_examples=count, deadline=None, database=None, derandomize=False,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(fuzz_request())
-    def check(request: tuple[str, str, bytes | None, str | None]) -> None:
-        method, path, body, content_type = request
-        status, payload = send(fuzzed, method, path, body, content_type)
-        statuses[status] = statuses.get(status, 0) + 1
-        assert status < 500, (request[:2], (body or b"")[:300], payload[:300])
-        if status >= 400:
-            assert json.loads(payload)["error"]["message"], payload[:300]
+    def collect(request: Request) -> None:
+        drawn.append(request)
 
-    check()
-    print(f"fuzz: {sum(statuses.values())} requests, statuses {dict(sorted(statuses.items()))}")
+    collect()
+    return drawn
+
+
+def test_fuzzed_requests_never_get_a_5xx(fuzzed: Server) -> None:
+    drawn = draw_requests(COUNT)
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        answers = list(pool.map(lambda r: send(fuzzed, *r), drawn))
+    statuses: dict[int, int] = {}
+    for request, (status, payload) in zip(drawn, answers, strict=True):
+        statuses[status] = statuses.get(status, 0) + 1
+        body = request[2] or b""
+        assert status < 500, (request[:2], body[:300], payload[:300])
+        if status >= 400:
+            assert json.loads(payload)["error"]["message"], (request[:2], payload[:300])
+    print(f"fuzz: {len(answers)} requests, statuses {dict(sorted(statuses.items()))}")
     assert fuzzed.proc.poll() is None, fuzzed.log_tail()
     wait_idle(fuzzed.base_url, timeout_s=60)
     body = {"model": MODEL, "messages": MESSAGES, "temperature": 0, "max_tokens": 4}
