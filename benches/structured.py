@@ -12,8 +12,10 @@ is the shape's config.json beside `--tokenizer DIR`'s tokenizer.json (the defaul
 will do: tokens past its vocabulary are masked for constrained rows). Reported: output
 tokens/s per run, constrained over unconstrained alone (target >= 0.8x), what the mixed run
 costs the unconstrained half (its time against the unconstrained set run twice as large:
-target < 5%), the grammar compile time per schema, and the host time a step spends filling
-and applying the masks. Writes $OUT/structured.json when OUT is set."""
+target < 5%), the grammar compile time per schema, and the host time a constrained step
+spends filling and applying its masks and, under overlap, processing the previous batch
+between its forward and its sampling (HostTimer). Writes $OUT/structured.json when OUT is
+set."""
 
 from __future__ import annotations
 
@@ -63,21 +65,36 @@ def requests(n: int, input_len: int, output_len: int, seed: int,
     return prompts, params
 
 
-class MaskTimer:
-    """Host seconds in the sampler's mask step (fill on the host, apply on the device)."""
+class HostTimer:
+    """Host seconds a step spends before a constrained batch can sample: `mask`, the
+    sampler's mask step (fill on the host, upload and apply on the device); `wait`, the
+    scheduler's processing of the previous batch between this batch's forward and its
+    sampling (waiting for its tokens, advancing the matchers; 0 without overlap). Under
+    overlap both run while the GPU computes the forward: the GPU idles only where their sum
+    outlasts it."""
 
     def __init__(self, llm: LLM) -> None:
-        sampler = llm.engine.sampler
-        inner = sampler._apply_grammars
-        self.seconds, self.steps = 0.0, 0
+        sampler, engine = llm.engine.sampler, llm.engine
+        self.seconds = {"mask": 0.0, "wait": 0.0}
+        self.steps = {"mask": 0, "wait": 0}
+        sampler._apply_grammars = self._timed("mask", sampler._apply_grammars)
+        forward = engine.forward_batch
 
-        def timed(logits, reqs):
+        def forward_batch(batch, before_sample=None):
+            return forward(batch, before_sample and self._timed("wait", before_sample))
+
+        engine.forward_batch = forward_batch
+
+    def _timed(self, name, inner):
+        def timed(*args):
             t = time.perf_counter()
-            inner(logits, reqs)
-            self.seconds += time.perf_counter() - t
-            self.steps += 1
+            inner(*args)
+            self.seconds[name] += time.perf_counter() - t
+            self.steps[name] += 1
+        return timed
 
-        sampler._apply_grammars = timed
+    def ms_per_step(self, name: str) -> float:
+        return round(1e3 * self.seconds[name] / max(1, self.steps[name]), 3)
 
 
 def timed_run(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> float:
@@ -99,17 +116,21 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--device", default=None, help="cpu or cuda (default: the engine's)")
+    p.add_argument("--overlap", choices=["on", "off"], default=None,
+                   help="force overlap scheduling (default: the scheduler's, on for CUDA)")
     args = p.parse_args()
     folder = model_folder(Path(args.model), Path(args.tokenizer))
     options = {"device": args.device} if args.device else {}
     llm = LLM(folder, load_format="dummy", cache="naive", **options)
+    if args.overlap:
+        llm.scheduler.overlap = args.overlap == "on"
     n, i, o = args.requests, args.input_len, args.output_len
     free = requests(n, i, o, 0, False)
     bound = requests(n, i, o, 1, True)
     both = (free[0] + bound[0], free[1] + bound[1])
     double = requests(2 * n, i, o, 2, False)
     llm.generate(*requests(4, 16, 8, 3, True))  # warm-up: graphs, the grammar tokenizer
-    timer = MaskTimer(llm)
+    timer = HostTimer(llm)
     seconds = {name: timed_run(llm, *reqs) for name, reqs in
                [("unconstrained", free), ("constrained", bound), ("mixed", both),
                 ("unconstrained x2", double)]}
@@ -127,8 +148,9 @@ def main() -> None:
         "constrained_vs_unconstrained": round(seconds["unconstrained"] / seconds["constrained"], 3),
         "mixed_vs_unconstrained_x2": round(seconds["mixed"] / seconds["unconstrained x2"], 3),
         "compile_ms_per_schema": round(compile_ms, 2),
-        "mask_ms_per_step": round(1e3 * timer.seconds / max(1, timer.steps), 3),
-        "mask_steps": timer.steps,
+        "overlap": llm.scheduler.overlap,
+        "mask_ms_per_step": timer.ms_per_step("mask"), "mask_steps": timer.steps["mask"],
+        "wait_ms_per_step": timer.ms_per_step("wait"), "wait_steps": timer.steps["wait"],
     }
     print(json.dumps(result))
     print("| run | s | output tok/s |\n| --- | ---: | ---: |")
@@ -137,7 +159,8 @@ def main() -> None:
     print(f"constrained / unconstrained throughput: {result['constrained_vs_unconstrained']}x; "
           f"mixed / unconstrained x2 time: {result['mixed_vs_unconstrained_x2']}x; compile "
           f"{result['compile_ms_per_schema']} ms a schema; masks {result['mask_ms_per_step']} "
-          f"ms a step (host)")
+          f"ms a step (host); previous batch processed before sampling "
+          f"{result['wait_ms_per_step']} ms a step (overlap {result['overlap']})")
     if "OUT" in os.environ:
         Path(os.environ["OUT"], "structured.json").write_text(json.dumps(result) + "\n")
     llm.shutdown()

@@ -3,7 +3,9 @@
 (`RequestMatcher`), and next-token bitmasks applied to the logits before sampling."""
 
 from .grammar import GrammarCache, GrammarError
-from .mask import apply_bitmask, fill_bitmask
+from .mask import MaskFiller, apply_bitmask, fill_bitmask
 from .matcher import RequestMatcher
 
-__all__ = ["GrammarCache", "GrammarError", "RequestMatcher", "apply_bitmask", "fill_bitmask"]
+__all__ = [
+    "GrammarCache", "GrammarError", "MaskFiller", "RequestMatcher", "apply_bitmask", "fill_bitmask",
+]

@@ -15,10 +15,15 @@ class RequestMatcher:
         self._matcher = matcher
         self.num_tokens = 0
 
-    def fill_mask(self, row_address: int, row_bytes: int) -> None:
-        """Writes the next-token bitmask (bit t of word t // 32 set: token t allowed) into
-        one contiguous host int32 row."""
-        self._matcher.unsafe_compute_mask_ptr(row_address, row_bytes)
+    @property
+    def llmatcher(self) -> llg.LLMatcher:
+        """The llguidance matcher, for the batched mask fill (mask.py)."""
+        return self._matcher
+
+    @property
+    def ended(self) -> bool:
+        """The grammar has ended (its request finishes with the token that ended it)."""
+        return self._matcher.is_stopped()
 
     def advance(self, token: int) -> bool:
         """Takes the sampled token -> whether the grammar has ended (nothing but EOS could

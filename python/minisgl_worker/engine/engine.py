@@ -12,6 +12,7 @@ torch-native and eager."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -157,11 +158,17 @@ class Engine:
         return tokens // ps
 
     @torch.inference_mode()
-    def forward_batch(self, batch: Batch) -> ForwardOutput:
+    def forward_batch(self, batch: Batch,
+                      before_sample: Callable[[], None] | None = None) -> ForwardOutput:
+        """before_sample: host work run once the forward is queued and before the sampler
+        reads the requests (the scheduler processes the previous batch there, so that
+        constrained requests' masks follow their newest token while the GPU computes)."""
         if batch.pool_index is not None:
             batch.input_ids[batch.pool_index] = self.token_pool[batch.pool_slots]
         route = self.routes.route(batch)
         logits = self.runners[route.kind].run(batch, route)  # (B, V), the sampling rows
+        if before_sample is not None:
+            before_sample()
         sample = self.sampler.sample(logits, batch.sample_reqs)
         tokens = sample.tokens
         if self.comm is not None:

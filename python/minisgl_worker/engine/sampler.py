@@ -14,7 +14,9 @@ Fast path: a batch of plain greedy requests (no penalties, masks or logprobs) is
 argmax, and greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
 top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA sync is what
 lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
-grammar mask needs the request's newest token on the host (the scheduler sees to that).
+grammar mask needs the request's newest token on the host: the scheduler processes the
+previous batch between this batch's forward and its sampling (Engine.forward_batch's
+`before_sample`), so the mask is filled while the GPU runs the forward.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..constrain import apply_bitmask, fill_bitmask
+from ..constrain import MaskFiller, apply_bitmask
 from ..core import PENDING_TOKEN, Req
 from ..transfer import to_device, to_device_packed
 
@@ -67,6 +69,7 @@ class Sampler:
         self.device = device
         self._fused = device.type == "cuda"  # Triton one-pass draws (gumbel.py)
         self._rng = random.Random()  # seeds of unseeded requests' fused draws
+        self._masks = MaskFiller(pin=device.type == "cuda")
 
     def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
         """logits (B, V) in the model's dtype, one row per request in `reqs`; left as they
@@ -109,10 +112,12 @@ class Sampler:
         return SampleOutput(tokens, logprobs, tops)
 
     def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        """Masks the constrained rows in one pass (constrain/mask.py); the scheduler has
+        advanced each matcher to its request's newest token (overlap: just now, while the
+        GPU ran this batch's forward)."""
         for req in reqs:  # each mask must follow the request's newest token
             assert req.matcher is None or req.matcher.num_tokens == len(req.output_ids), req
-        pin = self.device.type == "cuda"
-        apply_bitmask(logits, fill_bitmask([r.matcher for r in reqs], logits.shape[1], pin))
+        apply_bitmask(logits, *self._masks.fill([r.matcher for r in reqs], logits.shape[1]))
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]

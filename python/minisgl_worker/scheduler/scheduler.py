@@ -18,10 +18,11 @@ one. What makes that possible:
   dropped. Aborts free the same way.
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
-Constrained requests (a grammar, constrain/) break the overlap: the mask for their token
-N+1 needs token N on the host. The simplest correct thing is done: while one is decoding,
-`step()` processes batch N before it schedules N+1, so that step runs as without overlap
-for the whole batch (the host's scheduling no longer hides under the GPU's forward).
+Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
+needs token N, but only at sampling. A batch N+1 that samples one launches its forward,
+then processes batch N (advancing the matchers), then samples: the masks are filled on the
+host while the GPU runs N+1's forward. A request that processing N finished is skipped by
+N+1's bookkeeping (its token is dropped, as for any request finished in flight).
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -148,26 +150,38 @@ class Scheduler:
         return bool(self.reqs) or self._inflight is not None
 
     def step(self) -> list[TokenOutput]:
-        early: list[TokenOutput] = []
-        if self._inflight is not None and any(r.matcher for r in self.decode.reqs):
-            early = self.process_results(*self._inflight)  # their masks need these tokens
-            self._inflight = None
-        batch = self.schedule()
-        out = self.launch(batch) if batch is not None else None
-        if not self.overlap:
-            return early + (self.process_results(batch, out) if batch and out else [])
-        done = self._inflight
-        self._inflight = (batch, out) if batch and out else None
-        return early + (self.process_results(*done) if done else [])
+        done, self._inflight = self._inflight, None  # batch N, launched by the last step
+        outputs: list[TokenOutput] = []
 
-    def launch(self, batch: Batch) -> ForwardOutput:
-        """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping."""
-        out = self.engine.forward_batch(batch)  # returns without waiting on CUDA
+        def process_done() -> None:  # batch N's tokens, once
+            nonlocal done
+            if done is not None:
+                outputs.extend(self.process_results(*done))
+                done = None
+
+        batch = self.schedule()
+        if batch is not None:  # constrained rows' masks need N's tokens: see the docstring
+            constrained = any(r.matcher is not None for r in batch.sample_reqs)
+            out = self.launch(batch, process_done if constrained else None)
+        process_done()
+        if batch is not None:
+            if self.overlap:
+                self._inflight = (batch, out)
+            else:
+                outputs.extend(self.process_results(batch, out))
+        return outputs
+
+    def launch(self, batch: Batch, before_sample: Callable[[], None] | None = None) -> ForwardOutput:
+        """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping;
+        before_sample runs between its forward and its sampling (Engine.forward_batch)."""
+        out = self.engine.forward_batch(batch, before_sample)  # does not wait on CUDA
         for req in batch.reqs:
             req.cached_len = req.device_len
         for req in self.prefilling:  # share computed prompt pages with later arrivals
             self.cache.share_prefix(req)
         for req in batch.sample_reqs:
+            if req.status is not ReqStatus.RUNNING:
+                continue  # finished by before_sample: this token will be dropped
             req.output_ids.append(PENDING_TOKEN)
             if req in self.prefilling:
                 self.prefilling.remove(req)

@@ -39,7 +39,7 @@ def tokenizer(folder: Path) -> Tokenizer:
 
 def _allowed(matcher: RequestMatcher) -> set[int]:
     logits = torch.zeros(1, VOCAB)
-    apply_bitmask(logits, fill_bitmask([matcher], VOCAB, pin=False))
+    apply_bitmask(logits, *fill_bitmask([matcher], VOCAB, pin=False))
     return set(torch.nonzero(logits[0] == 0).flatten().tolist())
 
 
@@ -63,7 +63,8 @@ def test_a_schema_admits_its_instance_and_ends_at_its_close(
     assert EOS not in _allowed(matcher)
     ended = _walk(matcher, ids)
     assert ended[-1] and not any(ended[:-1])  # the closing brace ends it
-    assert _allowed(matcher) == {EOS}  # nothing but EOS could follow
+    assert matcher.ended  # nothing but EOS could follow: the request finishes here
+    assert _allowed(RequestMatcher(matcher.llmatcher.deep_copy())) == set(range(VOCAB))  # no mask
 
 
 def test_a_choice_ends_without_eos_and_escapes_quotes(
@@ -94,9 +95,9 @@ def test_compiled_grammars_are_cached_per_source(grammars: GrammarCache) -> None
 
 
 def _a_token(matcher: object) -> int:
-    bitmask = fill_bitmask([RequestMatcher(matcher)], VOCAB, pin=False)  # type: ignore[arg-type]
+    rows, bitmask = fill_bitmask([RequestMatcher(matcher)], VOCAB, pin=False)  # type: ignore[arg-type]
     logits = torch.zeros(1, VOCAB)
-    apply_bitmask(logits, bitmask)
+    apply_bitmask(logits, rows, bitmask)
     return int(torch.nonzero(logits[0] == 0)[0])
 
 
@@ -117,5 +118,23 @@ def test_a_bad_source_is_a_grammar_error_naming_it(
 def test_unconstrained_rows_are_left_alone() -> None:
     logits = torch.randn(2, 70)
     expected = logits.clone()
-    apply_bitmask(logits, fill_bitmask([None, None], 70, pin=False))
+    rows, bitmask = fill_bitmask([None, None], 70, pin=False)
+    assert rows == [] and bitmask.shape == (0, 3)
+    apply_bitmask(logits, rows, bitmask)
     assert torch.equal(logits, expected)
+
+
+def test_a_mixed_batch_masks_its_constrained_rows_only(grammars: GrammarCache) -> None:
+    """Rows 1 and 3 constrained (3 by a grammar that has ended: no mask), 0 and 2 free."""
+    constraint = Constraint(ConstraintKind.CHOICE, '["yes", "no"]')
+    live, done = RequestMatcher(grammars.matcher(constraint)), RequestMatcher(grammars.matcher(constraint))
+    while not done.advance(_a_token(done.llmatcher)):
+        pass
+    logits = torch.randn(4, VOCAB)
+    expected = logits.clone()
+    rows, bitmask = fill_bitmask([None, live, None, done], VOCAB, pin=False)
+    assert rows == [1]
+    apply_bitmask(logits, rows, bitmask)
+    assert torch.equal(logits[[0, 2, 3]], expected[[0, 2, 3]])
+    assert set(torch.nonzero(logits[1] == expected[1]).flatten().tolist()) == _allowed(live)
+    assert 0 < len(_allowed(live)) < VOCAB
