@@ -58,10 +58,12 @@ def apply_bitmask(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) 
         return
     batch, vocab = logits.shape
     bits = upload(bitmask, logits.device)
-    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
-    banned = ((bits.unsqueeze(-1) >> shifts) & 1).view(len(rows), -1)[:, :vocab] == 0
+    bit = torch.ones(32, dtype=torch.int32, device=logits.device) << torch.arange(
+        32, dtype=torch.int32, device=logits.device)  # bit 31: int32's sign bit
+    banned = (bits.unsqueeze(-1) & bit).view(len(rows), -1)[:, :vocab] == 0
     if len(rows) == batch:  # rows are 0..B-1 in order (fill lists them ascending)
         logits.masked_fill_(banned, float("-inf"))
         return
     index = to_device(rows, logits.device)
-    logits.index_put_((index,), logits.index_select(0, index).masked_fill_(banned, float("-inf")))
+    # logits[index], not index_select: the latter ran 10x slower on CPU (torch 2.x).
+    logits.index_copy_(0, index, logits[index].masked_fill_(banned, float("-inf")))
