@@ -101,7 +101,7 @@ def test_the_shell_sends_the_key_from_the_environment(keyed: Server) -> None:
     child.expect_exact(f"minisgl shell: {MODEL} at {keyed.base_url}", timeout=30)
     child.expect_exact(PROMPT)
     shell = Shell(child, keyed.base_url)
-    assert shell.run("/set temperature 0") == ""
+    assert shell.run("/set temperature 0") == "[temperature 0]"
     assert shell.answer("What is the capital of France?") == ANSWER
     child.sendline("/exit")
     child.expect(pexpect.EOF, timeout=30)
