@@ -9,6 +9,8 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..startup import run_counting
+
 if TYPE_CHECKING:
     from flashinfer.jit import JitSpec
 
@@ -25,7 +27,11 @@ def build_jit(specs: Sequence[JitSpec]) -> None:
     from flashinfer.jit import env as jit_env
 
     unique = {spec.name: spec for spec in specs}
-    build_jit_specs(list(unique.values()), verbose=False)
+    jit = {name: jit_env.FLASHINFER_JIT_DIR / name / f"{name}.so" for name in unique}
+    pending = [path for name, path in jit.items()
+               if not (path.exists() or (jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so").exists())]
+    run_counting(lambda: build_jit_specs(list(unique.values()), verbose=False), pending,
+                 "compiling FlashInfer modules", logger)
     for name in unique:
         built = jit_env.FLASHINFER_JIT_DIR / name / f"{name}.so"
         aot = jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so"
