@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .constrain import RequestMatcher
 
 __all__ = ["PENDING_TOKEN", "Attn", "Batch", "Req", "ReqStatus", "Route", "RouteKind",
-           "SamplingParams"]
+           "SamplingParams", "first_pending"]
 
 # Stands in `Req.output_ids` for a token sampled by a batch still in flight (overlap
 # scheduling); the scheduler replaces it when it processes that batch's results.
@@ -163,3 +163,13 @@ class Route(NamedTuple):
     kind: RouteKind
     attn: Attn
     size: int = 0  # the graph's rows (padded batch size or token bucket); 0 when eager
+
+
+def first_pending(output_ids: list[int]) -> int:
+    """Index of the oldest PENDING_TOKEN: they are the last one or two entries (searching
+    from the front made processing quadratic in the output length)."""
+    i = len(output_ids) - 1
+    assert output_ids[i] == PENDING_TOKEN
+    while i > 0 and output_ids[i - 1] == PENDING_TOKEN:
+        i -= 1
+    return i

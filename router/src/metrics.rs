@@ -1,5 +1,4 @@
 //! Prometheus metrics, rendered by hand in the text exposition format (version 0.0.4).
-//!
 //! Why hand-written: the router needs a few counters and four fixed-bucket histograms that
 //! are updated on every token; atomics do that without locks, and the text format is a page
 //! of `format!`s. The `prometheus` or `metrics-exporter-prometheus` crates would add a

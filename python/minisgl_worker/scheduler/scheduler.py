@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..constrain import GrammarCache, GrammarError, RequestMatcher
-from ..core import PENDING_TOKEN, Batch, Req, ReqStatus
+from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
@@ -232,7 +232,7 @@ class Scheduler:
         for i, req in enumerate(batch.sample_reqs):
             if req.status in (ReqStatus.FINISHED, ReqStatus.ABORTED):
                 continue
-            n = _first_pending(req.output_ids) + 1  # this token's 1-based position
+            n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
             ended = req.matcher is not None and req.matcher.advance(token)
             finish = "stop" if ended else self._finish_reason(req, token, n)
@@ -265,8 +265,6 @@ class Scheduler:
         n = len(req.output_ids)
         return n >= req.sampling.max_new_tokens or req.total_len >= self.max_context
 
-    # ---- freeing ----
-
     def _end(self, req: Req, status: ReqStatus) -> None:
         if req.status == ReqStatus.RUNNING:
             self.cache.release(req)
@@ -281,16 +279,12 @@ class Scheduler:
         self.waiting.appendleft(req)
 
     def load(self) -> Load:
-        ps = self.page_size
-        return Load(
-            waiting=len(self.waiting),
-            running=len(self.prefilling) + len(self.decode),
-            kv_used=self.cache.num_used_pages * ps,
-            kv_cached=self.cache.prefix_cache.sizes().evictable_pages * ps,
-            kv_total=self.allocator.num_pages * ps,
-            prompt_tokens=self.prompt_tokens,
-            cached_prompt_tokens=self.cached_prompt_tokens,
-        )
+        ps, cache = self.page_size, self.cache
+        return Load(waiting=len(self.waiting), running=len(self.prefilling) + len(self.decode),
+                    kv_used=cache.num_used_pages * ps,
+                    kv_cached=cache.prefix_cache.sizes().evictable_pages * ps,
+                    kv_total=self.allocator.num_pages * ps, prompt_tokens=self.prompt_tokens,
+                    cached_prompt_tokens=self.cached_prompt_tokens)
 
     def check_invariants(self) -> None:
         """Page and slot accounting; cheap enough for tests and debug runs."""
@@ -302,12 +296,3 @@ class Scheduler:
             free = self.allocator.num_free + sizes.evictable_pages
             assert sizes.protected_pages == 0 and free == self.allocator.num_pages
 
-
-def _first_pending(output_ids: list[int]) -> int:
-    """Index of the oldest PENDING_TOKEN: they are the last one or two entries (searching
-    from the front made processing quadratic in the output length)."""
-    i = len(output_ids) - 1
-    assert output_ids[i] == PENDING_TOKEN
-    while i > 0 and output_ids[i - 1] == PENDING_TOKEN:
-        i -= 1
-    return i
