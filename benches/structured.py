@@ -67,7 +67,8 @@ def requests(n: int, input_len: int, output_len: int, seed: int,
 
 class HostTimer:
     """Host seconds a step spends before a constrained batch can sample: `mask`, the
-    sampler's mask step (fill on the host, upload and apply on the device); `wait`, the
+    sampler's mask step (fill on the host, upload and apply on the device), of which `fill`
+    is llguidance's computing of the masks; `wait`, the
     scheduler's processing of the previous batch between this batch's forward and its
     sampling (waiting for its tokens, advancing the matchers; 0 without overlap). Under
     overlap both run while the GPU computes the forward: the GPU idles only where their sum
@@ -75,9 +76,10 @@ class HostTimer:
 
     def __init__(self, llm: LLM) -> None:
         sampler, engine = llm.engine.sampler, llm.engine
-        self.seconds = {"mask": 0.0, "wait": 0.0}
-        self.steps = {"mask": 0, "wait": 0}
+        self.seconds = {"mask": 0.0, "fill": 0.0, "wait": 0.0}
+        self.steps = {"mask": 0, "fill": 0, "wait": 0}
         sampler._apply_grammars = self._timed("mask", sampler._apply_grammars)
+        sampler._masks.fill = self._timed("fill", sampler._masks.fill)
         forward = engine.forward_batch
 
         def forward_batch(batch, before_sample=None):
@@ -88,13 +90,25 @@ class HostTimer:
     def _timed(self, name, inner):
         def timed(*args):
             t = time.perf_counter()
-            inner(*args)
+            result = inner(*args)
             self.seconds[name] += time.perf_counter() - t
             self.steps[name] += 1
+            return result
         return timed
 
     def ms_per_step(self, name: str) -> float:
         return round(1e3 * self.seconds[name] / max(1, self.steps[name]), 3)
+
+
+def profile_host(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> None:
+    """The host functions that a constrained run spends its time in (cProfile, by own time):
+    with a GPU that keeps up, a constrained step is as long as its host work."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(llm.generate, prompts, params)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def timed_run(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> float:
@@ -116,6 +130,8 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--device", default=None, help="cpu or cuda (default: the engine's)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed runs, profile the host during one more constrained run")
     p.add_argument("--overlap", choices=["on", "off"], default=None,
                    help="force overlap scheduling (default: the scheduler's, on for CUDA)")
     args = p.parse_args()
@@ -129,11 +145,16 @@ def main() -> None:
     bound = requests(n, i, o, 1, True)
     both = (free[0] + bound[0], free[1] + bound[1])
     double = requests(2 * n, i, o, 2, False)
-    llm.generate(*requests(4, 16, 8, 3, True))  # warm-up: graphs, the grammar tokenizer
+    # Warm-up: the grammar tokenizer and compile, then a whole unconstrained set (the first
+    # run of a batch this size paid ~0.5 s more than the ones after it).
+    llm.generate(*requests(4, 16, 8, 3, True))
+    llm.generate(*requests(n, i, o, 4, False))
     timer = HostTimer(llm)
     seconds = {name: timed_run(llm, *reqs) for name, reqs in
                [("unconstrained", free), ("constrained", bound), ("mixed", both),
                 ("unconstrained x2", double)]}
+    if args.profile:
+        profile_host(llm, *requests(n, i, o, 5, True))
     grammars = llm.scheduler.grammars  # its tokenizer was built by the warm-up's compile
     before, count = grammars.compile_seconds, grammars.num_compiled
     for k in range(8):  # distinct schemas: each compiles once
@@ -150,6 +171,7 @@ def main() -> None:
         "compile_ms_per_schema": round(compile_ms, 2),
         "overlap": llm.scheduler.overlap,
         "mask_ms_per_step": timer.ms_per_step("mask"), "mask_steps": timer.steps["mask"],
+        "fill_ms_per_step": timer.ms_per_step("fill"),
         "wait_ms_per_step": timer.ms_per_step("wait"), "wait_steps": timer.steps["wait"],
     }
     print(json.dumps(result))
@@ -159,7 +181,7 @@ def main() -> None:
     print(f"constrained / unconstrained throughput: {result['constrained_vs_unconstrained']}x; "
           f"mixed / unconstrained x2 time: {result['mixed_vs_unconstrained_x2']}x; compile "
           f"{result['compile_ms_per_schema']} ms a schema; masks {result['mask_ms_per_step']} "
-          f"ms a step (host); previous batch processed before sampling "
+          f"ms a step (host; llguidance's fill {result['fill_ms_per_step']} ms); previous batch processed before sampling "
           f"{result['wait_ms_per_step']} ms a step (overlap {result['overlap']})")
     if "OUT" in os.environ:
         Path(os.environ["OUT"], "structured.json").write_text(json.dumps(result) + "\n")
