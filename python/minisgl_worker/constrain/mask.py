@@ -13,11 +13,21 @@ side copy stream (transfer.py), so it does not wait for the kernels queued befor
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import llguidance as llg
 import torch
 
 from ..transfer import to_device, upload
 from .matcher import RequestMatcher
+
+
+class ReadyMasks(NamedTuple):
+    """Masks filled ahead (prefetch.py): row j of `bitmask` is for the matcher m with
+    rows[m] == (j, m.num_tokens when it was filled)."""
+
+    rows: dict[RequestMatcher, tuple[int, int]]
+    bitmask: torch.Tensor  # (R, ceil(V / 32)) int32, on the host
 
 
 class MaskFiller:
@@ -29,20 +39,37 @@ class MaskFiller:
         self.pin = pin
         self._executor: llg.LLExecutor | None = None  # made at the first constrained step
 
-    def fill(self, matchers: list[RequestMatcher | None],
-             vocab_size: int) -> tuple[list[int], torch.Tensor]:
+    def fill(self, matchers: list[RequestMatcher | None], vocab_size: int,
+             ready: ReadyMasks | None = None) -> tuple[list[int], torch.Tensor]:
         """-> (rows, bitmask): the batch rows whose matcher is live and their (R, ceil(V /
-        32)) int32 masks on the host, row j of the mask for batch row rows[j]."""
+        32)) int32 masks on the host, row j of the mask for batch row rows[j]. Masks in
+        `ready` are reused where the matcher has not moved since; the rest are filled."""
         rows = [i for i, m in enumerate(matchers) if m is not None and not m.ended]
+        live: list[RequestMatcher] = [matchers[i] for i in rows]  # type: ignore[misc]
+        found = [_ready_row(ready, m) for m in live]
+        if ready is not None and found == list(range(len(ready.rows))):
+            return rows, ready.bitmask  # the same rows in the same order: nothing to do
         words = (vocab_size + 31) // 32
         bitmask = torch.empty((len(rows), words), dtype=torch.int32, pin_memory=self.pin)
-        if rows:
+        reused = [(j, k) for j, k in enumerate(found) if k is not None]
+        if reused:
+            dst, src = zip(*reused)
+            bitmask[list(dst)] = ready.bitmask[list(src)]  # type: ignore[union-attr]
+        missing = [(m.llmatcher, j) for j, (m, k) in enumerate(zip(live, found)) if k is None]
+        if missing:
             if self._executor is None:
                 self._executor = llg.LLExecutor()
-            pairs = [(matchers[i].llmatcher, j) for j, i in enumerate(rows)]  # type: ignore[union-attr]
-            self._executor.unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), words * 4,
+            self._executor.unsafe_compute_mask_ptr(missing, bitmask.data_ptr(), words * 4,
                                                    len(rows))
         return rows, bitmask
+
+
+def _ready_row(ready: ReadyMasks | None, matcher: RequestMatcher) -> int | None:
+    """The row of `ready` holding the matcher's mask at its current position, if any."""
+    if ready is None or matcher not in ready.rows:
+        return None
+    row, position = ready.rows[matcher]
+    return row if position == matcher.num_tokens else None
 
 
 def fill_bitmask(matchers: list[RequestMatcher | None], vocab_size: int,

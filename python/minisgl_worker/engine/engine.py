@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from ..attention import GraphAttnBackend, create_attention_backend, resolve_backend_name
+from ..constrain import ReadyMasks
 from ..context import Context, clear_global_ctx, set_global_ctx
 from ..core import Batch, RouteKind
 from ..distributed import get_comm, get_tp_info
@@ -159,17 +160,18 @@ class Engine:
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch,
-                      before_sample: Callable[[], None] | None = None) -> ForwardOutput:
+                      before_sample: Callable[[], ReadyMasks | None] | None = None
+                      ) -> ForwardOutput:
         """before_sample: host work run once the forward is queued and before the sampler
         reads the requests (the scheduler processes the previous batch there, so that
-        constrained requests' masks follow their newest token while the GPU computes)."""
+        constrained requests' masks follow their newest token while the GPU computes); it
+        may return grammar masks filled ahead for the sampler."""
         if batch.pool_index is not None:
             batch.input_ids[batch.pool_index] = self.token_pool[batch.pool_slots]
         route = self.routes.route(batch)
         logits = self.runners[route.kind].run(batch, route)  # (B, V), the sampling rows
-        if before_sample is not None:
-            before_sample()
-        sample = self.sampler.sample(logits, batch.sample_reqs)
+        ready = before_sample() if before_sample is not None else None
+        sample = self.sampler.sample(logits, batch.sample_reqs, ready)
         tokens = sample.tokens
         if self.comm is not None:
             # Every rank keeps rank 0's draw: the ranks' host RNGs differ, and a rank that

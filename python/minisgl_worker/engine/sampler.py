@@ -16,7 +16,8 @@ top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA s
 lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
 grammar mask needs the request's newest token on the host: the scheduler processes the
 previous batch between this batch's forward and its sampling (Engine.forward_batch's
-`before_sample`), so the mask is filled while the GPU runs the forward.
+`before_sample`), and hands over the masks its helper thread filled meanwhile
+(constrain/prefetch.py); rows without one are filled here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..constrain import MaskFiller, apply_bitmask
+from ..constrain import MaskFiller, ReadyMasks, apply_bitmask
 from ..core import PENDING_TOKEN, Req
 from ..transfer import to_device, to_device_packed
 
@@ -71,10 +72,11 @@ class Sampler:
         self._rng = random.Random()  # seeds of unseeded requests' fused draws
         self._masks = MaskFiller(pin=device.type == "cuda")
 
-    def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleOutput:
+    def sample(self, logits: torch.Tensor, reqs: list[Req],
+               ready: ReadyMasks | None = None) -> SampleOutput:
         """logits (B, V) in the model's dtype, one row per request in `reqs`; left as they
-        are. No host sync unless a request asks for penalties, min_new_tokens masking or
-        logprobs."""
+        are. ready: grammar masks filled ahead. No host sync unless a request asks for
+        penalties, min_new_tokens masking or logprobs."""
         assert logits.shape[0] == len(reqs)
         none: list[None] = [None] * len(reqs)
         # The two fast paths read the logits as they are (argmax and the Triton draw are
@@ -96,7 +98,7 @@ class Sampler:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
         if any(r.matcher is not None for r in reqs):
-            self._apply_grammars(logits, reqs)
+            self._apply_grammars(logits, reqs, ready)
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
         # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
         # then see the same scaled logits, bit for bit.
@@ -111,13 +113,15 @@ class Sampler:
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
 
-    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req],
+                        ready: ReadyMasks | None) -> None:
         """Masks the constrained rows in one pass (constrain/mask.py); the scheduler has
-        advanced each matcher to its request's newest token (overlap: just now, while the
-        GPU ran this batch's forward)."""
+        advanced each matcher to its request's newest token (overlap: on its helper thread,
+        which filled `ready` too, while the GPU ran this batch's forward)."""
         for req in reqs:  # each mask must follow the request's newest token
             assert req.matcher is None or req.matcher.num_tokens == len(req.output_ids), req
-        apply_bitmask(logits, *self._masks.fill([r.matcher for r in reqs], logits.shape[1]))
+        matchers = [r.matcher for r in reqs]
+        apply_bitmask(logits, *self._masks.fill(matchers, logits.shape[1], ready))
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]

@@ -19,10 +19,11 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. A batch N+1 that samples one launches its forward,
-then processes batch N (advancing the matchers), then samples: the masks are filled on the
-host while the GPU runs N+1's forward. A request that processing N finished is skipped by
-N+1's bookkeeping (its token is dropped, as for any request finished in flight).
+needs token N, but only at sampling. A helper thread takes N's tokens into the matchers and
+fills N+1's masks while this thread plans and launches N+1 (constrain/prefetch.py); N+1
+launches its forward, then processes batch N (joining the helper), then samples with those
+masks. A request that processing N finished is skipped by N+1's bookkeeping (its token is
+dropped, as for any request finished in flight).
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constrain import GrammarCache, GrammarError, RequestMatcher
+from ..constrain import GrammarCache, GrammarError, MaskPrefetch, ReadyMasks, RequestMatcher
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
@@ -78,6 +79,7 @@ class Scheduler:
         self.grammars = GrammarCache(
             Path(engine.config.model_path) / "tokenizer.json", engine.model_config.vocab_size,
             sorted(self.eos_ids))
+        self.masks_ahead = MaskPrefetch(engine.device, engine.model_config.vocab_size)
         self.table = TableManager(engine.page_table)
         self.allocator = PageAllocator(engine.kv_pool.num_pages)
         self.cache = CacheManager(
@@ -151,13 +153,17 @@ class Scheduler:
 
     def step(self) -> list[TokenOutput]:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
+        # N+1's grammar masks, filled on a helper thread while N+1 is planned (docstring)
+        ahead = self.masks_ahead.start(*done) if done is not None and self.overlap else None
         outputs: list[TokenOutput] = []
 
-        def process_done() -> None:  # batch N's tokens, once
+        def process_done() -> ReadyMasks | None:  # batch N's tokens, once
             nonlocal done
+            ready = ahead.result() if ahead is not None else None  # its matchers are ours again
             if done is not None:
                 outputs.extend(self.process_results(*done))
                 done = None
+            return ready
 
         batch = self.schedule()
         if batch is not None:  # constrained rows' masks need N's tokens: see the docstring
@@ -171,7 +177,8 @@ class Scheduler:
                 outputs.extend(self.process_results(batch, out))
         return outputs
 
-    def launch(self, batch: Batch, before_sample: Callable[[], None] | None = None) -> ForwardOutput:
+    def launch(self, batch: Batch,
+               before_sample: Callable[[], ReadyMasks | None] | None = None) -> ForwardOutput:
         """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping;
         before_sample runs between its forward and its sampling (Engine.forward_batch)."""
         out = self.engine.forward_batch(batch, before_sample)  # does not wait on CUDA
@@ -234,7 +241,7 @@ class Scheduler:
                 continue
             n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
-            ended = req.matcher is not None and req.matcher.advance(token)
+            ended = req.matcher is not None and req.matcher.take(n, token)
             finish = "stop" if ended else self._finish_reason(req, token, n)
             if n == 1:
                 self.prompt_tokens += len(req.input_ids)

@@ -1,7 +1,7 @@
 """Constrained requests in the scheduler, on the default model (its tokenizer.json feeds the
 grammars): outputs match their constraint, share batches with unconstrained requests without
-changing those, and give the same tokens with overlap scheduling forced on (the constrained
-ones then wait for their previous token) as without."""
+changing those, and give the same tokens with overlap scheduling forced on (their masks then
+filled ahead on the helper thread, constrain/prefetch.py) as without."""
 
 from __future__ import annotations
 
@@ -49,13 +49,24 @@ def _requests(tokenizer: Tokenizer) -> list[Generate]:
 def test_constrained_and_free_requests_share_batches(engine_factory: Any, folder: Path) -> None:
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     msgs = _requests(tokenizer)
-    results = []
+    results, prefetched = [], []
     for overlap in (False, True):
         sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=overlap)
+        start = sched.masks_ahead.start
+
+        def counted(*args: Any, start: Any = start) -> Any:  # masks filled ahead, how often
+            future = start(*args)
+            prefetched.append(future is not None)
+            return future
+
+        sched.masks_ahead.start = counted  # type: ignore[method-assign]
         outs = run(sched, msgs)
         results.append({rid: (tokens(o), o[-1].finish) for rid, o in outs.items()})
         assert_all_free(sched)
     assert results[0] == results[1]
+    # With overlap, the mask of every constrained token but a request's first (sampled by
+    # its prefill) was filled ahead.
+    assert sum(prefetched) >= len(results[1][1][0]) - 1, prefetched
     text = {rid: tokenizer.decode(ids) for rid, (ids, _) in results[0].items()}
     assert re.fullmatch(REGEX, text[1]) and results[0][1][1] == "stop", text[1]
     assert text[2] in CHOICES and results[0][2][1] == "stop", text[2]
