@@ -43,7 +43,10 @@ class MaskPrefetch:
         self.vocab_size = vocab_size
         self._filler = MaskFiller(pin=device.type == "cuda")
         # The thread's CUDA calls (the event wait, the pinned buffer) go to this device.
-        init = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
+        init = None
+        if device.type == "cuda":
+            index = torch.cuda.current_device() if device.index is None else device.index
+            init = lambda: torch.cuda.set_device(index)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks", initializer=init)
 
     def start(self, batch: Batch, out: ForwardOutput) -> Future[ReadyMasks] | None:
