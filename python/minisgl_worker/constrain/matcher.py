@@ -14,7 +14,6 @@ class RequestMatcher:
         assert not matcher.is_error(), matcher.get_error()
         self._matcher = matcher
         self.num_tokens = 0
-        self._last = -1  # the newest token taken
 
     @property
     def llmatcher(self) -> llg.LLMatcher:
@@ -32,14 +31,4 @@ class RequestMatcher:
         ok = self._matcher.consume_token(token)
         assert ok, f"token {token} was outside the mask: {self._matcher.get_error()}"
         self.num_tokens += 1
-        self._last = token
         return self._matcher.is_stopped()
-
-    def take(self, position: int, token: int) -> bool:
-        """The request's token at 1-based `position` -> whether the grammar has ended; only
-        checked when the mask prefetch (prefetch.py) has taken it already."""
-        if self.num_tokens == position:
-            assert self._last == token, (position, token, self._last)
-            return self.ended
-        assert self.num_tokens == position - 1, (position, self.num_tokens)
-        return self.advance(token)

@@ -16,13 +16,16 @@ top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA s
 lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
 grammar mask needs the request's newest token on the host: the scheduler processes the
 previous batch between this batch's forward and its sampling (Engine.forward_batch's
-`before_sample`), and hands over the masks its helper thread filled meanwhile
-(constrain/prefetch.py); rows without one are filled here.
+`before_sample`); under overlap it hands over the masks through `masks`, which the sampler
+calls when it needs them (the scheduler plans its next batch meanwhile, while a helper
+thread fills them: constrain/prefetch.py). What the sampler reads of a request's progress
+(its token count) it reads before that call.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -73,18 +76,21 @@ class Sampler:
         self._masks = MaskFiller(pin=device.type == "cuda")
 
     def sample(self, logits: torch.Tensor, reqs: list[Req],
-               ready: ReadyMasks | None = None) -> SampleOutput:
+               masks: Callable[[], ReadyMasks | None] | None = None) -> SampleOutput:
         """logits (B, V) in the model's dtype, one row per request in `reqs`; left as they
-        are. ready: grammar masks filled ahead. No host sync unless a request asks for
-        penalties, min_new_tokens masking or logprobs."""
+        are. masks: returns the grammar masks filled ahead, if any (see the module
+        docstring). No host sync unless a request asks for penalties, min_new_tokens
+        masking or logprobs."""
         assert logits.shape[0] == len(reqs)
+        counts = [len(r.output_ids) for r in reqs]  # tokens before this one (maybe pending)
         none: list[None] = [None] * len(reqs)
         # The two fast paths read the logits as they are (argmax and the Triton draw are
         # exact on bf16); the rest works on a float32 copy.
         if all(_is_plain_greedy(r) for r in reqs):
             return SampleOutput(logits.argmax(-1), list(none), list(none))
         if self._fused and all(_is_plain(r) and not _truncates(r) for r in reqs):
-            return SampleOutput(self._gumbel(logits, reqs, scaled=False), list(none), list(none))
+            return SampleOutput(self._gumbel(logits, reqs, counts, scaled=False), list(none),
+                                list(none))
         logits = logits.float()  # a copy in bf16/fp16; float32 (CPU) is edited in place
         for i, req in enumerate(reqs):
             if _has_penalty(req):
@@ -98,7 +104,7 @@ class Sampler:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
         if any(r.matcher is not None for r in reqs):
-            self._apply_grammars(logits, reqs, ready)
+            self._apply_grammars(logits, reqs, counts, masks)
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
         # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
         # then see the same scaled logits, bit for bit.
@@ -106,20 +112,22 @@ class Sampler:
         tokens = logits.argmax(-1)
         rows = [i for i, r in enumerate(reqs) if not r.sampling.is_greedy]
         if len(rows) == len(reqs):
-            tokens = self._draw(logits, reqs)
+            tokens = self._draw(logits, reqs, counts)
         elif rows:
             index = to_device(rows, self.device, torch.long)
-            tokens[index] = self._draw(logits[index], [reqs[i] for i in rows])
+            tokens[index] = self._draw(logits[index], [reqs[i] for i in rows],
+                                       [counts[i] for i in rows])
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
 
-    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req],
-                        ready: ReadyMasks | None) -> None:
+    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req], counts: list[int],
+                        masks: Callable[[], ReadyMasks | None] | None) -> None:
         """Masks the constrained rows in one pass (constrain/mask.py); the scheduler has
-        advanced each matcher to its request's newest token (overlap: on its helper thread,
-        which filled `ready` too, while the GPU ran this batch's forward)."""
-        for req in reqs:  # each mask must follow the request's newest token
-            assert req.matcher is None or req.matcher.num_tokens == len(req.output_ids), req
+        advanced each matcher to its request's newest token (overlap: just now, while the
+        GPU ran this batch's forward)."""
+        ready = masks() if masks is not None else None
+        for req, count in zip(reqs, counts):  # each mask must follow the newest token
+            assert req.matcher is None or req.matcher.num_tokens == count, (req, count)
         matchers = [r.matcher for r in reqs]
         apply_bitmask(logits, *self._masks.fill(matchers, logits.shape[1], ready))
 
@@ -137,7 +145,7 @@ class Sampler:
                 vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty
             )
 
-    def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    def _draw(self, logits: torch.Tensor, reqs: list[Req], counts: list[int]) -> torch.Tensor:
         """logits (S, V) of sampling rows, temperature applied -> (S,) drawn tokens. On
         CUDA the rows without truncation draw in one Triton pass, the others by `_race`:
         each row's way depends on its own parameters only, so a seeded request draws the
@@ -146,18 +154,21 @@ class Sampler:
             return self._race(logits, reqs)
         cuts = [_truncates(r) for r in reqs]
         if not any(cuts):
-            return self._gumbel(logits, reqs, scaled=True)
+            return self._gumbel(logits, reqs, counts, scaled=True)
         if all(cuts):
             return self._race(logits, reqs)
         plain = [i for i, cut in enumerate(cuts) if not cut]
         cut = [i for i, c in enumerate(cuts) if c]
         tokens = torch.empty(len(reqs), dtype=torch.long, device=logits.device)
-        for rows, draw in ((plain, self._gumbel), (cut, self._race)):
-            index = to_device(rows, self.device, torch.long)
-            tokens[index] = draw(logits[index], [reqs[i] for i in rows])
+        index = to_device(plain, self.device, torch.long)
+        tokens[index] = self._gumbel(logits[index], [reqs[i] for i in plain],
+                                     [counts[i] for i in plain])
+        index = to_device(cut, self.device, torch.long)
+        tokens[index] = self._race(logits[index], [reqs[i] for i in cut])
         return tokens
 
-    def _gumbel(self, logits: torch.Tensor, reqs: list[Req], scaled: bool = True) -> torch.Tensor:
+    def _gumbel(self, logits: torch.Tensor, reqs: list[Req], counts: list[int],
+                scaled: bool = True) -> torch.Tensor:
         """One Triton pass (gumbel.py). scaled: the temperature was applied already. A
         seeded request's noise is keyed by its seed and token count, others' by a host RNG."""
         from .gumbel import gumbel_sample
@@ -165,8 +176,8 @@ class Sampler:
         temps = [1.0 if scaled else r.sampling.temperature for r in reqs]  # 0: greedy
         seeds = [
             self._rng.getrandbits(63) if r.sampling.seed is None
-            else (r.sampling.seed * 0x9E3779B97F4A7C15 + len(r.output_ids)) & (2**63 - 1)
-            for r in reqs
+            else (r.sampling.seed * 0x9E3779B97F4A7C15 + count) & (2**63 - 1)
+            for r, count in zip(reqs, counts)
         ]
         # Both cross in one copy: the temperatures as float32 bits in int64 words (padded
         # to a whole word), each part 16-byte aligned (transfer.to_device_packed).

@@ -19,11 +19,14 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. A helper thread takes N's tokens into the matchers and
-fills N+1's masks while this thread plans and launches N+1 (constrain/prefetch.py); N+1
-launches its forward, then processes batch N (joining the helper), then samples with those
-masks. A request that processing N finished is skipped by N+1's bookkeeping (its token is
-dropped, as for any request finished in flight).
+needs token N, but only at sampling. A batch N+1 that samples one launches its forward,
+processes batch N (its tokens move the matchers), starts filling N+1's masks on a helper
+thread (constrain/prefetch.py), does N+1's bookkeeping and plans batch N+2 meanwhile, and
+only then samples: the GPU runs N+1's forward under all of it, and N+2's forward follows
+N+1's sampling without a planning gap. The next step launches the planned N+2 as it is;
+an abort of one of its requests is held until then. A request that processing N finished
+is skipped by N+1's bookkeeping (its token is dropped, as for any request finished in
+flight).
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -72,6 +75,8 @@ class Scheduler:
             ) in ("1", "true")
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
+        self._next: Batch | None = None  # planned by a constrained step, not yet launched
+        self._held_aborts: list[int] = []  # of requests in _next
         self.engine = engine
         self.page_size = engine.page_size
         self.max_context = engine.max_context
@@ -132,6 +137,9 @@ class Scheduler:
         req = self.reqs.get(rid)
         if req is None:
             return
+        if self._next is not None and req in self._next.reqs:
+            self._held_aborts.append(rid)  # planned into the next batch: once it is launched
+            return
         if req.status == ReqStatus.WAITING:
             self.waiting.remove(req)
         elif req in self.prefilling:
@@ -149,26 +157,25 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.reqs) or self._inflight is not None
+        return bool(self.reqs) or self._inflight is not None or self._next is not None
 
     def step(self) -> list[TokenOutput]:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
-        # N+1's grammar masks, filled on a helper thread while N+1 is planned (docstring)
-        ahead = self.masks_ahead.start(*done) if done is not None and self.overlap else None
         outputs: list[TokenOutput] = []
 
-        def process_done() -> ReadyMasks | None:  # batch N's tokens, once
+        def process_done() -> None:  # batch N's tokens, once
             nonlocal done
-            ready = ahead.result() if ahead is not None else None  # its matchers are ours again
             if done is not None:
                 outputs.extend(self.process_results(*done))
                 done = None
-            return ready
 
-        batch = self.schedule()
-        if batch is not None:  # constrained rows' masks need N's tokens: see the docstring
+        batch, self._next = self._next or self.schedule(), None  # planned by the last step?
+        if batch is not None:
             constrained = any(r.matcher is not None for r in batch.sample_reqs)
-            out = self.launch(batch, process_done if constrained else None)
+            if constrained and self.overlap:
+                out = self._launch_constrained(batch, process_done)
+            else:
+                out = self.launch(batch)
         process_done()
         if batch is not None:
             if self.overlap:
@@ -177,23 +184,53 @@ class Scheduler:
                 outputs.extend(self.process_results(batch, out))
         return outputs
 
-    def launch(self, batch: Batch,
-               before_sample: Callable[[], ReadyMasks | None] | None = None) -> ForwardOutput:
-        """Run the batch on the engine (without waiting on CUDA) and do its bookkeeping;
-        before_sample runs between its forward and its sampling (Engine.forward_batch)."""
-        out = self.engine.forward_batch(batch, before_sample)  # does not wait on CUDA
+    def _launch_constrained(self, batch: Batch, process_done: Callable[[], None]) -> ForwardOutput:
+        """Launches a batch with grammar rows under overlap (see the module docstring):
+        once its forward is queued, batch N's tokens move the matchers; then the masks are
+        filled on the helper thread while this thread books the batch and plans the next
+        one, and the sampler waits for them only then."""
+        ahead, asked = None, False
+
+        def before_sample() -> None:
+            nonlocal ahead
+            process_done()
+            ahead = self.masks_ahead.start(batch.sample_reqs)
+
+        def masks() -> ReadyMasks | None:
+            nonlocal asked
+            asked = True
+            self._book(batch)
+            self._next = self.schedule()
+            return ahead.result() if ahead is not None else None
+
+        out = self.engine.forward_batch(batch, before_sample, masks)
+        assert asked, "the sampler never asked for the masks of a constrained batch"
+        return out
+
+    def launch(self, batch: Batch) -> ForwardOutput:
+        """Run the batch on the engine (without waiting on CUDA) and book it."""
+        out = self.engine.forward_batch(batch)
+        self._book(batch)
+        return out
+
+    def _book(self, batch: Batch) -> None:
+        """A launched batch's bookkeeping: its KV counts as cached, each sampling request
+        gets a PENDING_TOKEN, a finished prefill joins the decode set; then the aborts held
+        back while the batch was planned but not launched."""
         for req in batch.reqs:
             req.cached_len = req.device_len
         for req in self.prefilling:  # share computed prompt pages with later arrivals
             self.cache.share_prefix(req)
         for req in batch.sample_reqs:
             if req.status is not ReqStatus.RUNNING:
-                continue  # finished by before_sample: this token will be dropped
+                continue  # finished before it was booked: this token will be dropped
             req.output_ids.append(PENDING_TOKEN)
             if req in self.prefilling:
                 self.prefilling.remove(req)
                 self.decode.add(req)
-        return out
+        held, self._held_aborts = self._held_aborts, []
+        for rid in held:
+            self.abort(rid)
 
     def schedule(self) -> Batch | None:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)
@@ -241,7 +278,7 @@ class Scheduler:
                 continue
             n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
-            ended = req.matcher is not None and req.matcher.take(n, token)
+            ended = req.matcher is not None and req.matcher.advance(token)
             finish = "stop" if ended else self._finish_reason(req, token, n)
             if n == 1:
                 self.prompt_tokens += len(req.input_ids)

@@ -1,12 +1,11 @@
 """Masks filled ahead on the helper thread (constrain/prefetch.py) against masks filled on
-the spot, on the default model's tokenizer (no model run): the same bits, each token taken
-once, ready rows reused only where their matcher has not moved, the others filled."""
+the spot, on the default model's tokenizer (no model run): the same bits, for live grammars
+only, ready rows reused only where their matcher has not moved, the others filled."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -53,36 +52,29 @@ def test_prefetched_masks_are_the_masks_filled_on_the_spot(grammars: GrammarCach
         '{"city": "Paris", "note": "sunny', add_special_tokens=False).ids
     reqs = [_req(rid, grammars, ids[:k]) for rid, k in enumerate([2, 5, 9])]
     free = Req(9, [1], SamplingParams())  # unconstrained: no row
-    finished = _req(8, grammars, ids[:3])
-    finished.status = ReqStatus.FINISHED  # ended while in flight: its token is dropped
-    batch = SimpleNamespace(sample_reqs=[reqs[0], free, reqs[1], finished, reqs[2]])
-    sampled = [ids[2], 0, ids[5], 12345, ids[9]]  # each request's next token
-    out = SimpleNamespace(tokens=lambda: sampled)
+    whole = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
+        '{"city": "Rome", "note": "rain"}', add_special_tokens=False).ids
+    ended = _req(8, grammars, whole)  # the object is closed: the grammar is over
+    assert ended.matcher.ended  # type: ignore[union-attr]
     ahead = MaskPrefetch(torch.device("cpu"), VOCAB)
     try:
-        ready = ahead.start(batch, out).result()  # type: ignore[arg-type, union-attr]
+        ready = ahead.start([reqs[0], free, reqs[1], ended, reqs[2]]).result()  # type: ignore[union-attr]
+        assert ahead.start([free]) is None
     finally:
         ahead.shutdown()
-    assert [r.matcher.num_tokens for r in reqs] == [3, 6, 10]  # type: ignore[union-attr]
-    assert finished.matcher.num_tokens == 3  # type: ignore[union-attr]
     matchers = [r.matcher for r in reqs]
+    assert ready.rows == {m: (j, m.num_tokens) for j, m in enumerate(matchers)}  # type: ignore[misc]
     assert torch.equal(ready.bitmask, _spot(matchers))  # type: ignore[arg-type]
-    # The scheduler then processes the same tokens: taken already, not again.
-    for req, token, position in zip(reqs, [ids[2], ids[5], ids[9]], [3, 6, 10]):
-        assert req.matcher.take(position, token) is False  # type: ignore[union-attr]
-    assert [r.matcher.num_tokens for r in reqs] == [3, 6, 10]  # type: ignore[union-attr]
-    with pytest.raises(AssertionError):
-        reqs[0].matcher.take(3, ids[3])  # type: ignore[union-attr]  # not the token it took
+    assert [m.num_tokens for m in matchers] == [2, 5, 9]  # type: ignore[union-attr]  # unmoved
 
 
 def test_the_sampler_reuses_ready_rows_and_fills_the_rest(grammars: GrammarCache) -> None:
     reqs = [_req(rid, grammars, []) for rid in range(3)]
     ahead = MaskPrefetch(torch.device("cpu"), VOCAB)
     try:
-        batch = SimpleNamespace(sample_reqs=reqs[:2])
-        ready = ahead.start(batch, SimpleNamespace(tokens=lambda: [OPEN, OPEN])).result()  # type: ignore[arg-type, union-attr]
-        assert ahead.start(SimpleNamespace(sample_reqs=[Req(5, [1], SamplingParams())]),
-                           SimpleNamespace(tokens=lambda: [7])) is None  # type: ignore[arg-type]
+        for req in reqs[:2]:
+            req.matcher.advance(OPEN)  # type: ignore[union-attr]
+        ready = ahead.start(reqs[:2]).result()  # type: ignore[union-attr]
     finally:
         ahead.shutdown()
     filler = MaskFiller(pin=False)
