@@ -25,11 +25,11 @@ SCHEMA = {"type": "object", "properties": {
     "note": {"type": "string", "maxLength": 40}}, "required": ["name", "tags", "note"]}
 
 
-@pytest.fixture(scope="module")
-def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
+@pytest.fixture
+def llm(tmp_path: Path) -> Iterator[LLM]:
     if not (TOKENIZER / "tokenizer.json").is_file():
         pytest.skip(f"needs the default model's tokenizer.json in {TOKENIZER}")
-    folder = tmp_path_factory.mktemp("qwen3-shape")
+    folder = tmp_path
     config = json.loads((ROOT / "benches/models/qwen3-0.6b/config.json").read_text())
     config["eos_token_id"] = json.loads((TOKENIZER / "config.json").read_text())["eos_token_id"]
     (folder / "config.json").write_text(json.dumps(config))
