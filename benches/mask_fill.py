@@ -6,7 +6,9 @@ varied states, mostly inside the long string field:
 
     python benches/mask_fill.py --tokenizer DIR [--rows 64] [--vocab 151936]
 
-Prints milliseconds per call for each setting (best of --repeats) and the host's CPU count."""
+Prints milliseconds per call for each setting (best of --repeats) and the host's CPU count;
+then, for the GIL's switch interval, how late a helper thread starts the fill while this
+thread runs 1.5 ms of Python, and how long joining it then waits (constrain/prefetch.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import llguidance as llg
@@ -89,6 +93,35 @@ def main() -> None:
     print(f"advance + rollback, serial: {best_ms(serial, args.repeats):.3f} ms")
     executor = llg.LLExecutor()
     print(f"advance + rollback, consume_token_par: {best_ms(lambda: parallel(executor), args.repeats):.3f} ms")
+
+    helper_start_delay(llg.LLExecutor(num_threads=1), pairs, bitmask, words, args.repeats)
+
+
+def helper_start_delay(executor: llg.LLExecutor, pairs: list, bitmask: torch.Tensor,
+                       words: int, repeats: int) -> None:
+    pool = ThreadPoolExecutor(1)
+
+    def fill() -> float:
+        started = time.perf_counter()
+        executor.unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), words * 4, len(pairs))
+        return started
+
+    default = sys.getswitchinterval()
+    for interval in (default, 1e-4):
+        sys.setswitchinterval(interval)
+        delay = wait = 0.0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            future = pool.submit(fill)
+            while time.perf_counter() < t0 + 1.5e-3:  # the scheduler's planning, as Python
+                pass
+            t1 = time.perf_counter()
+            delay += future.result() - t0
+            wait += time.perf_counter() - t1
+        print(f"switch interval {interval * 1e3:g} ms: the helper starts after "
+              f"{1e3 * delay / repeats:.3f} ms, joining it waits {1e3 * wait / repeats:.3f} ms")
+    sys.setswitchinterval(default)
+    pool.shutdown()
 
 
 if __name__ == "__main__":

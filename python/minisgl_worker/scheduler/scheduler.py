@@ -189,19 +189,18 @@ class Scheduler:
         once its forward is queued, batch N's tokens move the matchers; then the masks are
         filled on the helper thread while this thread books the batch and plans the next
         one, and the sampler waits for them only then."""
-        ahead, asked = None, False
+        asked = False
 
         def before_sample() -> None:
-            nonlocal ahead
             process_done()
-            ahead = self.masks_ahead.start(batch.sample_reqs)
+            self.masks_ahead.start(batch.sample_reqs)
 
         def masks() -> ReadyMasks | None:
             nonlocal asked
             asked = True
             self._book(batch)
             self._next = self.schedule()
-            return ahead.result() if ahead is not None else None
+            return self.masks_ahead.join()
 
         out = self.engine.forward_batch(batch, before_sample, masks)
         assert asked, "the sampler never asked for the masks of a constrained batch"

@@ -54,10 +54,10 @@ def test_constrained_and_free_requests_share_batches(engine_factory: Any, folder
         sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=overlap)
         start = sched.masks_ahead.start
 
-        def counted(*args: Any, start: Any = start) -> Any:  # masks filled ahead, how often
-            future = start(*args)
-            prefetched.append(future is not None)
-            return future
+        def counted(*args: Any, start: Any = start) -> bool:  # masks filled ahead, how often
+            started = start(*args)
+            prefetched.append(started)
+            return started
 
         sched.masks_ahead.start = counted  # type: ignore[method-assign]
         outs = run(sched, msgs)
