@@ -78,15 +78,16 @@ class HostTimer:
 
         self.seconds = {"wait": 0.0, "plan": 0.0, "fill": 0.0, "apply": 0.0}
         self.steps = dict.fromkeys(self.seconds, 0)
-        for filler in (llm.engine.sampler._masks, llm.scheduler.masks_ahead._filler):
+        ahead = getattr(llm.scheduler, "masks_ahead", None)  # absent in older trees (A/B)
+        for filler in [llm.engine.sampler._masks] + ([ahead._filler] if ahead else []):
             filler.fill = self._timed("fill", filler.fill)
         sampler_module.apply_bitmask = self._timed("apply", sampler_module.apply_bitmask)
         engine = llm.engine
         forward = engine.forward_batch
 
-        def forward_batch(batch, before_sample=None, masks=None):
+        def forward_batch(batch, before_sample=None, *masks):
             return forward(batch, before_sample and self._timed("wait", before_sample),
-                           masks and self._timed("plan", masks))
+                           *(m and self._timed("plan", m) for m in masks))
 
         engine.forward_batch = forward_batch
 
