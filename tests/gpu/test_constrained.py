@@ -48,7 +48,7 @@ def test_constrained_rows_under_overlap_follow_their_grammar(llm: LLM) -> None:
               for i in range(24)]
     planned = []
     start = llm.scheduler.masks_ahead.start
-    llm.scheduler.masks_ahead.start = lambda reqs: bool(planned.append(1)) or start(reqs)
+    llm.scheduler.masks_ahead.start = lambda rows: bool(planned.append(1)) or start(rows)
     results = {}
     for run, overlap in (("on", True), ("again", True), ("off", False)):
         llm.scheduler.overlap = overlap

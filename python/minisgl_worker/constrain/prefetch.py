@@ -16,21 +16,19 @@ The helper needs the GIL for the few microseconds before llguidance releases it,
 hands the GIL from a busy thread to a waiting one only every switch interval (5 ms by
 default): the helper would start after the planning, not beside it. While a fill is
 pending the interval is SWITCH_S (measured with 1.5 ms of busy Python on the other thread:
-the helper started after 1.6 ms at 5 ms, after 0.3 ms at 0.1 ms; benches/mask_fill.py).
+on the H200 host the helper started after 1.5 ms at 5 ms, after 0.24 ms at 0.1 ms:
+benches/kernels/mask_fill.py).
 """
 
 from __future__ import annotations
 
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import torch
 
 from .mask import MaskFiller, ReadyMasks
-
-if TYPE_CHECKING:
-    from ..core import Req
+from .matcher import RequestMatcher
 
 SWITCH_S = 1e-4  # the GIL's switch interval while a fill is pending
 
@@ -50,11 +48,11 @@ class MaskPrefetch:
         self._pending: Future[ReadyMasks] | None = None
         self._interval = sys.getswitchinterval()
 
-    def start(self, reqs: list[Req]) -> bool:
-        """Starts filling the masks of the requests' live grammars, in their order (as the
-        sampler will ask for them) -> whether there were any (else `join` returns None)."""
+    def start(self, rows: list[RequestMatcher | None]) -> bool:
+        """Starts filling the masks of a batch's rows' live grammars, in their order (as
+        the sampler will ask for them) -> whether there were any (else `join` returns None)."""
         assert self._pending is None, "join the previous fill first"
-        matchers = [r.matcher for r in reqs if r.matcher is not None and not r.matcher.ended]
+        matchers = [m for m in rows if m is not None and not m.ended]
         if not matchers:
             return False
         self._interval = sys.getswitchinterval()
@@ -72,7 +70,7 @@ class MaskPrefetch:
         finally:
             sys.setswitchinterval(self._interval)
 
-    def _run(self, matchers: list) -> ReadyMasks:
+    def _run(self, matchers: list[RequestMatcher]) -> ReadyMasks:
         _, bitmask = self._filler.fill(matchers, self.vocab_size)
         return ReadyMasks({m: (j, m.num_tokens) for j, m in enumerate(matchers)}, bitmask)
 

@@ -19,14 +19,10 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. A batch N+1 that samples one launches its forward,
-processes batch N (its tokens move the matchers), starts filling N+1's masks on a helper
-thread (constrain/prefetch.py), does N+1's bookkeeping and plans batch N+2 meanwhile, and
-only then samples: the GPU runs N+1's forward under all of it, and N+2's forward follows
-N+1's sampling without a planning gap. The next step launches the planned N+2 as it is;
-an abort of one of its requests is held until then. A request that processing N finished
-is skipped by N+1's bookkeeping (its token is dropped, as for any request finished in
-flight).
+needs token N, but only at sampling. Such a batch N+1 launches its forward, processes N
+(its tokens move the matchers), has a helper thread fill its masks (constrain/prefetch.py)
+while it books N+1 and plans N+2, then samples; the next step launches the planned N+2 as
+it is (an abort of one of its requests is held until then).
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -40,15 +36,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constrain import GrammarCache, GrammarError, MaskPrefetch, ReadyMasks, RequestMatcher
+from ..constrain import GrammarCache, MaskPrefetch, ReadyMasks
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
 from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
+from .admission import admit
 from .batch import build_batch
 from .budget import GpuPeak, StepBudget, derive
 from .cache import CacheManager
 from .decode import DecodeManager
+from .finish import finish_reason, surely_done
 from .prefill import PrefillAdder
 from .table import TableManager
 
@@ -105,29 +103,11 @@ class Scheduler:
     # ---- requests in ----
 
     def add_request(self, msg: Generate) -> Error | None:
-        n, vocab = len(msg.input_ids), self.engine.model_config.vocab_size
         if msg.rid in self.reqs:
             return Error(msg.rid, ErrorCode.BAD_MESSAGE, f"rid {msg.rid} is already running")
-        if n == 0:
-            return Error(msg.rid, ErrorCode.INVALID_REQUEST, "input_ids is empty")
-        if n >= self.max_context:
-            return Error(
-                msg.rid,
-                ErrorCode.CONTEXT_TOO_LONG,
-                f"prompt has {n} tokens but this worker's max_context is {self.max_context} "
-                f"(model context {self.engine.model_config.max_context}, KV capacity "
-                f"{self.engine.kv_pool.num_slots} tokens): at most {self.max_context - 1} fit",
-            )
-        bad = [t for t in msg.input_ids if not 0 <= t < vocab]
-        if bad:
-            message = f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})"
-            return Error(msg.rid, ErrorCode.INVALID_REQUEST, message)
-        req = Req(msg.rid, msg.input_ids, msg.sampling)
-        if msg.sampling.constraint is not None:
-            try:
-                req.matcher = RequestMatcher(self.grammars.matcher(msg.sampling.constraint))
-            except GrammarError as e:
-                return Error(msg.rid, ErrorCode.INVALID_REQUEST, str(e))
+        req = admit(msg, self.engine, self.max_context, self.grammars)
+        if isinstance(req, Error):
+            return req
         self.reqs[req.rid] = req
         self.budget.enqueue(self.waiting, req)
         return None
@@ -193,7 +173,7 @@ class Scheduler:
 
         def before_sample() -> None:
             process_done()
-            self.masks_ahead.start(batch.sample_reqs)
+            self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
 
         def masks() -> ReadyMasks | None:
             nonlocal asked
@@ -236,7 +216,7 @@ class Scheduler:
         if retracted:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
         # Skip decodes whose pending token surely ends them (no wasted step for those).
-        decodes = [r for r in self.decode.reqs if not self._surely_done(r)]
+        decodes = [r for r in self.decode.reqs if not surely_done(r, self.max_context)]
         locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
@@ -278,7 +258,8 @@ class Scheduler:
             n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
             ended = req.matcher is not None and req.matcher.advance(token)
-            finish = "stop" if ended else self._finish_reason(req, token, n)
+            finish = "stop" if ended else finish_reason(req, token, n, self.eos_ids,
+                                                         self.max_context)
             if n == 1:
                 self.prompt_tokens += len(req.input_ids)
                 self.cached_prompt_tokens += req.prefix_len
@@ -293,20 +274,6 @@ class Scheduler:
                     self.decode.remove(req)
                 self._end(req, ReqStatus.FINISHED)
         return outputs
-
-    def _finish_reason(self, req: Req, token: int, num_out: int) -> str | None:
-        s = req.sampling
-        is_stop = token in s.stop_token_ids or (token in self.eos_ids and not s.ignore_eos)
-        if is_stop and num_out >= s.min_new_tokens:
-            return "stop"
-        if num_out >= s.max_new_tokens or len(req.input_ids) + num_out >= self.max_context:
-            return "length"
-        return None
-
-    def _surely_done(self, req: Req) -> bool:
-        """Its newest token (maybe pending) ends it whatever it is."""
-        n = len(req.output_ids)
-        return n >= req.sampling.max_new_tokens or req.total_len >= self.max_context
 
     def _end(self, req: Req, status: ReqStatus) -> None:
         if req.status == ReqStatus.RUNNING:

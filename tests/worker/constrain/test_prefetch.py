@@ -58,10 +58,10 @@ def test_prefetched_masks_are_the_masks_filled_on_the_spot(grammars: GrammarCach
     assert ended.matcher.ended  # type: ignore[union-attr]
     ahead = MaskPrefetch(torch.device("cpu"), VOCAB)
     try:
-        assert ahead.start([reqs[0], free, reqs[1], ended, reqs[2]])
+        assert ahead.start([r.matcher for r in (reqs[0], free, reqs[1], ended, reqs[2])])
         ready = ahead.join()
         assert ready is not None and ahead.join() is None  # joined once
-        assert not ahead.start([free]) and ahead.join() is None
+        assert not ahead.start([free.matcher]) and ahead.join() is None
     finally:
         ahead.shutdown()
     matchers = [r.matcher for r in reqs]
@@ -76,7 +76,7 @@ def test_the_sampler_reuses_ready_rows_and_fills_the_rest(grammars: GrammarCache
     try:
         for req in reqs[:2]:
             req.matcher.advance(OPEN)  # type: ignore[union-attr]
-        assert ahead.start(reqs[:2])
+        assert ahead.start([r.matcher for r in reqs[:2]])
         ready = ahead.join()
         assert ready is not None
     finally:

@@ -4,7 +4,7 @@ parallel. The rows follow benches/structured.py's JSON schema, each advanced by 
 number of random allowed tokens (as a random-weight model samples them), so they sit in
 varied states, mostly inside the long string field:
 
-    python benches/mask_fill.py --tokenizer DIR [--rows 64] [--vocab 151936]
+    python benches/kernels/mask_fill.py --tokenizer DIR [--rows 64] [--vocab 151936]
 
 Prints milliseconds per call for each setting (best of --repeats) and the host's CPU count;
 then, for the GIL's switch interval, how late a helper thread starts the fill while this
