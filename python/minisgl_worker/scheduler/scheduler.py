@@ -68,9 +68,8 @@ class Scheduler:
         self.budget = StepBudget.resolve(
             chunk_size, policy, mixed_chunk_size, mixed_step_tokens, derived)
         if overlap is None:
-            overlap = engine.device.type == "cuda" and not os.environ.get(
-                "MINISGL_DISABLE_OVERLAP", ""
-            ) in ("1", "true")
+            off = os.environ.get("MINISGL_DISABLE_OVERLAP", "") in ("1", "true")
+            overlap = engine.device.type == "cuda" and not off
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
         self._next: Batch | None = None  # planned by a constrained step, not yet launched
@@ -85,10 +84,8 @@ class Scheduler:
         self.masks_ahead = MaskPrefetch(engine.device, engine.model_config.vocab_size)
         self.table = TableManager(engine.page_table)
         self.allocator = PageAllocator(engine.kv_pool.num_pages)
-        self.cache = CacheManager(
-            self.allocator, create_prefix_cache(prefix_cache, self.page_size), engine.page_table,
-            self.page_size,
-        )
+        self.cache = CacheManager(self.allocator, create_prefix_cache(prefix_cache, self.page_size),
+                                  engine.page_table, self.page_size)
         self.reqs: dict[int, Req] = {}  # every live request, by rid
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []  # running, prompt not done (chunked)
@@ -99,8 +96,6 @@ class Scheduler:
         self.cached_prompt_tokens = 0
         logger.info("scheduler: cache %s, %s, overlap %s (defaults derived from %s)",
                     prefix_cache, self.budget.describe(), "on" if overlap else "off", derived.why)
-
-    # ---- requests in ----
 
     def add_request(self, msg: Generate) -> Error | None:
         if msg.rid in self.reqs:
@@ -133,8 +128,6 @@ class Scheduler:
         assert not self.has_work
         self.allocator.free(self.cache.prefix_cache.evict(self.allocator.num_pages))
 
-    # ---- one step ----
-
     @property
     def has_work(self) -> bool:
         return bool(self.reqs) or self._inflight is not None or self._next is not None
@@ -165,11 +158,9 @@ class Scheduler:
         return outputs
 
     def _launch_constrained(self, batch: Batch, process_done: Callable[[], None]) -> ForwardOutput:
-        """Launches a batch with grammar rows under overlap (see the module docstring):
-        once its forward is queued, batch N's tokens move the matchers; then the masks are
-        filled on the helper thread while this thread books the batch and plans the next
-        one, and the sampler waits for them only then."""
-        asked = False
+        """Launches a batch with grammar rows under overlap: the masks fill on the helper
+        thread while this thread books the batch and plans the next (module docstring)."""
+        asked = False  # the sampler calls masks(): the batch is booked
 
         def before_sample() -> None:
             process_done()
@@ -183,7 +174,7 @@ class Scheduler:
             return self.masks_ahead.join()
 
         out = self.engine.forward_batch(batch, before_sample, masks)
-        assert asked, "the sampler never asked for the masks of a constrained batch"
+        assert asked, "the sampler never asked for a constrained batch's masks"
         return out
 
     def launch(self, batch: Batch) -> ForwardOutput:
@@ -193,9 +184,8 @@ class Scheduler:
         return out
 
     def _book(self, batch: Batch) -> None:
-        """A launched batch's bookkeeping: its KV counts as cached, each sampling request
-        gets a PENDING_TOKEN, a finished prefill joins the decode set; then the aborts held
-        back while the batch was planned but not launched."""
+        """A launched batch's bookkeeping (see the module docstring), then the aborts held
+        back while it was planned but not launched."""
         for req in batch.reqs:
             req.cached_len = req.device_len
         for req in self.prefilling:  # share computed prompt pages with later arrivals
