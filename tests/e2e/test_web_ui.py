@@ -1,6 +1,7 @@
 """The chat page at `/` in a real browser (headless Chromium driven by Selenium) against a
 real router and the default model: a streamed answer with its stats, stop (the worker frees
-the request), model output shown as text, and API errors shown as messages.
+the request), model output shown as text, API errors shown as messages, and a reasoning
+parser's `reasoning_content` shown apart from the answer.
 
 The router runs with `--max-requests 1`, so one request held from here makes the page's
 next one a 429. Set MINISGL_SCREENSHOT=docs/chat-page.png to refresh the README's picture."""
@@ -118,3 +119,34 @@ def test_api_errors_show_as_messages(page: ChatPage, page_server: Server) -> Non
     page.ask("What is the capital of France?")  # the same question, now admitted
     page.last_note("stats")
     assert page.answer() == "The capital of France is Paris."
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_router(tmp_path_factory.mktemp("web-ui-thinking"),
+                          "--reasoning-parser", "deepseek-r1")
+    yield server
+    stop_router(server)
+
+
+def test_reasoning_shows_apart_from_the_answer(thinking_server: Server, driver) -> None:
+    """deepseek-r1's parser reads the output as reasoning until `</think>`, which the default
+    model never writes: the page shows all of it in the reasoning block, as text, and an
+    empty answer."""
+    page = ChatPage(driver, f"{thinking_server.base_url}/")
+    question = "Repeat exactly: <img src=x onerror=window.pwned=1>"
+    page.settings(temperature=0, max_tokens=40)
+    page.ask(question)
+    page.last_note("stats")
+    shown = page.js("const r = document.querySelectorAll('.turn.assistant .reasoning .prose');"
+                    "return r.length ? r[r.length - 1].textContent : null;")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": question}],
+            "max_tokens": 40, "temperature": 0}
+    r = requests.post(f"{thinking_server.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert shown == r.json()["choices"][0]["message"]["reasoning_content"]
+    assert "<img src=x onerror=window.pwned=1>" in shown
+    assert page.answer() == ""
+    assert page.js("return document.querySelector('.turn.assistant .reasoning').open")  # no answer
+    assert page.js("return document.querySelectorAll('#log img').length") == 0
+    assert page.js("return window.pwned === undefined")

@@ -132,6 +132,29 @@ function stats(ttft, usage, decodeMs) {
   return parts.join(" · ");
 }
 
+// A thinking model's reasoning (`reasoning_content`, with `--reasoning-parser`), shown apart
+// from the answer in a block made on its first piece, open while it streams and folded
+// once the answer starts. It is not sent back with the history, as OpenAI's API has it.
+function reasoningBlock(answer) {
+  let block = null;
+  let text = "";
+  return {
+    add(piece) {
+      if (block === null) {
+        block = el("details", "reasoning");
+        block.open = true;
+        block.append(el("summary", "", "Thinking"), el("div", "prose"));
+        answer.turn.insertBefore(block, answer.body);
+      }
+      text += piece;
+      block.lastChild.textContent = text;
+    },
+    close() {
+      if (block !== null) block.open = false;
+    },
+  };
+}
+
 // One answer: POST, stream the deltas into the turn, then the stats line.
 async function stream(answer, controller) {
   const started = performance.now();
@@ -143,18 +166,24 @@ async function stream(answer, controller) {
   let first = null;
   let content = "";
   let usage = null;
+  const thinking = reasoningBlock(answer);
   for await (const data of sseData(response.body)) {
     if (data === "[DONE]") break;
     const chunk = JSON.parse(data);
     if (chunk.error) throw new ApiError(0, chunk.error.message);
     if (chunk.usage) usage = chunk.usage;
-    const delta = chunk.choices?.[0]?.delta?.content;
-    if (delta) {
+    const delta = chunk.choices?.[0]?.delta ?? {};
+    if (delta.reasoning_content) {
       first ??= performance.now();
-      content += delta;
-      render(answer.body, content);
-      answer.turn.scrollIntoView({ block: "end" });
+      thinking.add(delta.reasoning_content);
     }
+    if (delta.content) {
+      first ??= performance.now();
+      content += delta.content;
+      thinking.close();
+      render(answer.body, content);
+    }
+    if (delta.reasoning_content || delta.content) answer.turn.scrollIntoView({ block: "end" });
   }
   const end = performance.now();
   note(answer.turn, "stats", stats((first ?? end) - started, usage, end - (first ?? end)));
