@@ -1,5 +1,6 @@
 """What several benches share: mini-sglang's offline workload, the offline API's per-run
-set-up, and a CUDA-graph capture for kernel micro-benchmarks.
+set-up, a CUDA-graph capture for kernel micro-benchmarks, and a router started as a
+subprocess (benches/routing.py, benches/online/soak.py).
 
 `draw` and `workload_step` are plain Python and nothing here imports the worker at module
 level, so benches/minisgl_offline.py imports this file into mini-sglang's process without
@@ -8,7 +9,12 @@ our package. Kernel benches in benches/kernels/ put this folder on sys.path firs
 from __future__ import annotations
 
 import random
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,3 +74,32 @@ def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(graph, stream=stream):
         fn()
     return graph
+
+
+def launch_router(args: list[str], log: Path, timeout_s: float,
+                  env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`minisgl-router --port FREE ARGS` (its output to `log`) -> (process, base URL), once
+    `/health` answers 200; SystemExit naming the log if it exits or is not ready in time.
+    Where the package is on PYTHONPATH rather than installed (the GPU machine), its module."""
+    import requests
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "minisgl-router"
+    launch = [str(exe)] if exe.exists() else [sys.executable, "-m", "minisgl_worker.router_cli"]
+    proc = subprocess.Popen([*launch, "--port", str(port), *args], stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"router exited {proc.returncode}; see {log}")
+        try:
+            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except requests.ConnectionError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise SystemExit(f"router not ready after {timeout_s:.0f} s; see {log}")

@@ -26,15 +26,14 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import requests
+from common import launch_router
 
 SMALL = {
     "groups": 8,
@@ -90,27 +89,9 @@ def make_prompts(args: argparse.Namespace) -> list[list[int]]:
 
 
 def start_router(args: argparse.Namespace, workers: int, policy: str, flags: list[str],
-                 log: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).parent / "minisgl-router"
-    # Where the package is on PYTHONPATH rather than installed (the GPU machine): its module.
-    launch = [str(exe)] if exe.exists() else [sys.executable, "-m", "minisgl_worker.router_cli"]
-    cmd = [
-        *launch,
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-        "--device",
-        args.device,
-        "--routing-policy",
-        policy,
-        "--kv-tokens",
-        str(args.kv_tokens * (3 - workers)),
-        *flags,
-    ]
+                 log: Path) -> tuple[subprocess.Popen, str]:
+    cmd = ["--workers", str(workers), "--device", args.device, "--routing-policy", policy,
+           "--kv-tokens", str(args.kv_tokens * (3 - workers)), *flags]
     if args.model:
         cmd += ["--model", args.model]
     if args.load_format:
@@ -119,20 +100,7 @@ def start_router(args: argparse.Namespace, workers: int, policy: str, flags: lis
         **os.environ,
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
     }  # both workers on one GPU
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"router exited {proc.returncode}; see {log}")
-        try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except requests.ConnectionError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise SystemExit(f"router not ready after 900 s; see {log}")
+    return launch_router(cmd, log, 900, env)
 
 
 def model_name(url: str) -> str:

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,9 @@ from collections import Counter
 from pathlib import Path
 
 import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: common.py
+from common import launch_router
 
 PROMPTS = ["Tell me about the sea.", "What is 2 + 2?", "Write a haiku about rain.",
            "Name three colours.", "Why is the sky blue?", "Describe a cat in one sentence."]
@@ -61,29 +63,6 @@ def parse_args() -> argparse.Namespace:
     if args.warmup_min is None:
         args.warmup_min = args.minutes / 10
     return args
-
-
-def start_router(extra: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).parent / "minisgl-router"
-    launch = [str(exe)] if exe.exists() else [sys.executable, "-m", "minisgl_worker.router_cli"]
-    proc = subprocess.Popen([*launch, "--port", str(port), *extra],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"router exited {proc.returncode}; see {log}")
-        try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except requests.ConnectionError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise SystemExit(f"router not ready after 600 s; see {log}")
 
 
 class Load:
@@ -254,7 +233,7 @@ def soak(args: argparse.Namespace, proc: subprocess.Popen, url: str) -> dict:
 def main() -> None:
     args = parse_args()
     out = Path(os.environ.get("OUT", "/tmp"))
-    proc, url = start_router(args.router_arg, out / "soak-router.log")
+    proc, url = launch_router(args.router_arg, out / "soak-router.log", 600)
     try:
         result = soak(args, proc, url)
     finally:
