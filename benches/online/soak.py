@@ -233,6 +233,7 @@ def soak(args: argparse.Namespace, proc: subprocess.Popen, url: str) -> dict:
 def main() -> None:
     args = parse_args()
     out = Path(os.environ.get("OUT", "/tmp"))
+    out.mkdir(parents=True, exist_ok=True)
     proc, url = launch_router(args.router_arg, out / "soak-router.log", 600)
     try:
         result = soak(args, proc, url)
