@@ -82,12 +82,12 @@ class Sampler:
         docstring). No host sync unless a request asks for penalties, min_new_tokens
         masking or logprobs."""
         assert logits.shape[0] == len(reqs)
-        counts = [len(r.output_ids) for r in reqs]  # tokens before this one (maybe pending)
         none: list[None] = [None] * len(reqs)
         # The two fast paths read the logits as they are (argmax and the Triton draw are
         # exact on bf16); the rest works on a float32 copy.
         if all(_is_plain_greedy(r) for r in reqs):
             return SampleOutput(logits.argmax(-1), list(none), list(none))
+        counts = [len(r.output_ids) for r in reqs]  # tokens before this one (maybe pending)
         if self._fused and all(_is_plain(r) and not _truncates(r) for r in reqs):
             return SampleOutput(self._gumbel(logits, reqs, counts, scaled=False), list(none),
                                 list(none))
