@@ -173,17 +173,15 @@ async function stream(answer, controller) {
     if (chunk.error) throw new ApiError(0, chunk.error.message);
     if (chunk.usage) usage = chunk.usage;
     const delta = chunk.choices?.[0]?.delta ?? {};
-    if (delta.reasoning_content) {
-      first ??= performance.now();
-      thinking.add(delta.reasoning_content);
-    }
+    if (!delta.reasoning_content && !delta.content) continue;
+    first ??= performance.now();
+    if (delta.reasoning_content) thinking.add(delta.reasoning_content);
     if (delta.content) {
-      first ??= performance.now();
       content += delta.content;
       thinking.close();
       render(answer.body, content);
     }
-    if (delta.reasoning_content || delta.content) answer.turn.scrollIntoView({ block: "end" });
+    answer.turn.scrollIntoView({ block: "end" });
   }
   const end = performance.now();
   note(answer.turn, "stats", stats((first ?? end) - started, usage, end - (first ?? end)));
