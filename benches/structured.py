@@ -104,15 +104,20 @@ class HostTimer:
         return round(1e3 * self.seconds[name] / max(1, self.steps[name]), 3)
 
 
-def profile_host(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> None:
-    """The host functions that a constrained run spends its time in (cProfile, by own time):
-    with a GPU that keeps up, a constrained step is as long as its host work."""
+def profile_host(llm: LLM, label: str, prompts: list[list[int]],
+                 params: list[SamplingParams]) -> None:
+    """The host functions that a run spends its time in (cProfile of the scheduler's
+    thread, by own time, then the worker's functions by cumulative time): with a GPU that
+    keeps up, a step is as long as its host work."""
     import cProfile
     import pstats
 
+    print(f"== host profile: {label}")
     profiler = cProfile.Profile()
     profiler.runcall(llm.generate, prompts, params)
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumtime").print_stats("minisgl_worker", 40)
 
 
 def timed_run(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> float:
@@ -135,7 +140,8 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--device", default=None, help="cpu or cuda (default: the engine's)")
     p.add_argument("--profile", action="store_true",
-                   help="after the timed runs, profile the host during one more constrained run")
+                   help="after the timed runs, profile the host during one more unconstrained "
+                   "and one more constrained run")
     p.add_argument("--overlap", choices=["on", "off"], default=None,
                    help="force overlap scheduling (default: the scheduler's, on for CUDA)")
     args = p.parse_args()
@@ -158,7 +164,8 @@ def main() -> None:
                [("unconstrained", free), ("constrained", bound), ("mixed", both),
                 ("unconstrained x2", double)]}
     if args.profile:
-        profile_host(llm, *requests(n, i, o, 5, True))
+        profile_host(llm, "unconstrained", *requests(n, i, o, 5, False))
+        profile_host(llm, "constrained", *requests(n, i, o, 5, True))
     grammars = llm.scheduler.grammars  # its tokenizer was built by the warm-up's compile
     before, count = grammars.compile_seconds, grammars.num_compiled
     for k in range(8):  # distinct schemas: each compiles once
