@@ -100,3 +100,43 @@ def test_draw_does_not_depend_on_how_many_programs_split_the_row() -> None:
     alone = [gumbel_sample(logits[i : i + 1], temps[i : i + 1], seeds[i : i + 1]).item()
              for i in range(0, 1024, 97)]  # each row over ~75 programs
     assert batched[::97].tolist() == alone
+
+
+def _pack(allowed: torch.Tensor) -> torch.Tensor:
+    """(R, V) bools -> (R, ceil(V / 32)) int32 words, bit t % 32 of word t // 32 (mask.py)."""
+    rows, vocab = allowed.shape
+    words = -(-vocab // 32)
+    bits = torch.zeros(rows, words * 32, dtype=torch.int64, device=allowed.device)
+    bits[:, :vocab] = allowed.long()
+    packed = (bits.view(rows, words, 32) << torch.arange(32, device=allowed.device)).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def test_a_bitmask_row_draws_as_its_masked_logits_would_and_leaves_other_rows_be() -> None:
+    """The mask applied in the pass: a constrained row draws exactly what the float32
+    path's -inf-masked logits draw (so only allowed tokens), greedy rows included, and a
+    row without a mask draws as it would with no bitmask at all."""
+    vocab = 151_936
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    logits = (torch.randn(8, vocab, device=DEV, generator=gen) * 3).to(torch.bfloat16)
+    allowed = torch.rand(3, vocab, device=DEV, generator=gen) < 0.01
+    allowed[:, -1] = True  # a bit of the ragged last word
+    mask_rows = torch.tensor([2, -1, 0, -1, 1, -1, -1, 0], device=DEV)
+    temps = torch.tensor([1.0, 1.0, 0.7, 0.0, 1.0, 0.5, 1.0, 0.0], device=DEV)
+    seeds = _seeds(8)
+    tokens = gumbel_sample(logits, temps, seeds, _pack(allowed), mask_rows)
+    masked = logits.float()
+    for i, r in enumerate(mask_rows.tolist()):
+        if r >= 0:
+            masked[i, ~allowed[r]] = float("-inf")
+    assert tokens.tolist() == gumbel_sample(masked, temps, seeds).tolist()
+    for i, r in enumerate(mask_rows.tolist()):
+        if r >= 0:
+            assert allowed[r, tokens[i]], (i, tokens[i])
+    free = gumbel_sample(logits, temps, seeds)
+    assert tokens[mask_rows < 0].tolist() == free[mask_rows < 0].tolist()
+    only_last = torch.zeros(1, vocab, dtype=torch.bool, device=DEV)
+    only_last[0, -1] = True  # bit 31 of its word: int32's sign bit
+    one = gumbel_sample(logits[:1], temps[:1], seeds[:1], _pack(only_last),
+                        torch.zeros(1, dtype=torch.long, device=DEV))
+    assert one.item() == vocab - 1

@@ -44,11 +44,19 @@ class MaskFiller:
         """-> (rows, bitmask): the batch rows whose matcher is live and their (R, ceil(V /
         32)) int32 masks on the host, row j of the mask for batch row rows[j]. Masks in
         `ready` are reused where the matcher has not moved since; the rest are filled."""
+        job = self.prepare(matchers, vocab_size, ready)
+        job.compute()
+        return job.rows, job.bitmask
+
+    def prepare(self, matchers: list[RequestMatcher | None], vocab_size: int,
+                ready: ReadyMasks | None = None) -> MaskJob:
+        """`fill` up to llguidance's computation: the Python part (allocation, ready rows
+        copied), so that `MaskJob.compute` can run on a thread that barely needs the GIL."""
         rows = [i for i, m in enumerate(matchers) if m is not None and not m.ended]
         live: list[RequestMatcher] = [matchers[i] for i in rows]  # type: ignore[misc]
         found = [_ready_row(ready, m) for m in live]
         if ready is not None and found == list(range(len(ready.rows))):
-            return rows, ready.bitmask  # the same rows in the same order: nothing to do
+            return MaskJob(rows, live, ready.bitmask, [], None)  # the same rows, in order
         words = (vocab_size + 31) // 32
         bitmask = torch.empty((len(rows), words), dtype=torch.int32, pin_memory=self.pin)
         reused = [(j, k) for j, k in enumerate(found) if k is not None]
@@ -56,12 +64,26 @@ class MaskFiller:
             dst, src = zip(*reused)
             bitmask[list(dst)] = ready.bitmask[list(src)]  # type: ignore[union-attr]
         missing = [(m.llmatcher, j) for j, (m, k) in enumerate(zip(live, found)) if k is None]
-        if missing:
-            if self._executor is None:
-                self._executor = llg.LLExecutor()
-            self._executor.unsafe_compute_mask_ptr(missing, bitmask.data_ptr(), words * 4,
-                                                   len(rows))
-        return rows, bitmask
+        if missing and self._executor is None:
+            self._executor = llg.LLExecutor()
+        return MaskJob(rows, live, bitmask, missing, self._executor)
+
+
+class MaskJob(NamedTuple):
+    """Masks to compute into `bitmask` (MaskFiller.prepare)."""
+
+    rows: list[int]  # the batch rows with a live grammar
+    matchers: list[RequestMatcher]  # theirs, in order: row j of bitmask is matchers[j]'s
+    bitmask: torch.Tensor
+    missing: list[tuple[llg.LLMatcher, int]]  # (matcher, bitmask row) to compute
+    executor: llg.LLExecutor | None
+
+    def compute(self) -> None:
+        """llguidance fills the missing rows, on its thread pool with the GIL released."""
+        if self.missing:
+            words = self.bitmask.shape[1]
+            self.executor.unsafe_compute_mask_ptr(  # type: ignore[union-attr]
+                self.missing, self.bitmask.data_ptr(), words * 4, len(self.rows))
 
 
 def _ready_row(ready: ReadyMasks | None, matcher: RequestMatcher) -> int | None:

@@ -10,7 +10,9 @@ instead (llguidance releases the GIL), and the scheduler plans N+2 meanwhile
 (scheduler.py); the sampler takes the masks when it needs them.
 
 The helper only reads the matchers, and only until the scheduler joins it: nothing moves
-them meanwhile (they move when the scheduler processes a batch's tokens).
+them meanwhile (they move when the scheduler processes a batch's tokens). What the fill
+does in Python (the rows, the pinned buffer) runs on the scheduler's thread in `start`:
+the helper calls llguidance and nothing else, so it takes the GIL twice a step, briefly.
 
 The helper needs the GIL for the few microseconds before llguidance releases it, and Python
 hands the GIL from a busy thread to a waiting one only every switch interval (5 ms by
@@ -27,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from .mask import MaskFiller, ReadyMasks
+from .mask import MaskFiller, MaskJob, ReadyMasks
 from .matcher import RequestMatcher
 
 SWITCH_S = 1e-4  # the GIL's switch interval while a fill is pending
@@ -40,24 +42,24 @@ class MaskPrefetch:
     def __init__(self, device: torch.device, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         self._filler = MaskFiller(pin=device.type == "cuda")
-        init = None
-        if device.type == "cuda":  # the pinned buffer is this device's
-            index = torch.cuda.current_device() if device.index is None else device.index
-            init = lambda: torch.cuda.set_device(index)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks", initializer=init)
-        self._pending: Future[ReadyMasks] | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        self._pending: Future[None] | None = None
+        self._job: MaskJob | None = None
         self._interval = sys.getswitchinterval()
 
     def start(self, rows: list[RequestMatcher | None]) -> bool:
         """Starts filling the masks of a batch's rows' live grammars, in their order (as
-        the sampler will ask for them) -> whether there were any (else `join` returns None)."""
+        the sampler will ask for them) -> whether there were any (else `join` returns None).
+        The Python part runs here; the helper only calls llguidance, which releases the GIL
+        at once, so the two threads do not take turns at it."""
         assert self._pending is None, "join the previous fill first"
-        matchers = [m for m in rows if m is not None and not m.ended]
-        if not matchers:
+        job = self._filler.prepare(rows, self.vocab_size)
+        if not job.rows:
             return False
         self._interval = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_S)
-        self._pending = self._pool.submit(self._run, matchers)
+        self._pending = self._pool.submit(job.compute)
+        self._job = job
         return True
 
     def join(self) -> ReadyMasks | None:
@@ -66,13 +68,12 @@ class MaskPrefetch:
         if pending is None:
             return None
         try:
-            return pending.result()
+            pending.result()
         finally:
             sys.setswitchinterval(self._interval)
-
-    def _run(self, matchers: list[RequestMatcher]) -> ReadyMasks:
-        _, bitmask = self._filler.fill(matchers, self.vocab_size)
-        return ReadyMasks({m: (j, m.num_tokens) for j, m in enumerate(matchers)}, bitmask)
+        job, self._job = self._job, None
+        return ReadyMasks({m: (j, m.num_tokens) for j, m in enumerate(job.matchers)},
+                          job.bitmask)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

@@ -20,6 +20,10 @@ against exact logs and a correctly rounded division it ran 1.7-2x faster at 153-
 of 151,936 on an H200 (benches/kernels/gumbel_kernel.py times
 the kernel as it is).
 
+A grammar's bitmask (constrained requests) can be applied in the same pass: a disallowed
+token's logit reads as -inf, as the float32 path's `apply_bitmask` would set it, without
+that path's float32 copy of the logits and unpacked (B, V) mask.
+
 A row's draw depends only on its logits, temperature and seed, never on its neighbours:
 the caller derives the seed from the request's own seed and its token count (or from a
 host RNG for unseeded requests), which is what makes seeded requests reproducible."""
@@ -38,15 +42,18 @@ _TARGET_PROGRAMS = 1024  # enough to fill an H200's 132 SMs several times over
 @triton.jit
 def _gumbel_argmax_kernel(
     logits_ptr, stride, temps_ptr, seeds_ptr, best_ptr, index_ptr, vocab, span,
-    BLOCK: tl.constexpr,
+    bitmask_ptr, mask_rows_ptr, words, BLOCK: tl.constexpr, MASKED: tl.constexpr,
 ):
     """Program (row, part): the best score and its token over columns
-    [part * span, (part + 1) * span) of the row."""
+    [part * span, (part + 1) * span) of the row. MASKED: a row with mask_rows[row] >= 0
+    allows only the tokens whose bit is set in that row of the bitmask."""
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     splits = tl.num_programs(1)
     temp = tl.load(temps_ptr + row)
     seed = tl.load(seeds_ptr + row)
+    if MASKED:
+        mask_row = tl.load(mask_rows_ptr + row)
     safe_temp = tl.maximum(temp, 1e-30)
     inv_temp = tl.math.div_rn(1.0, safe_temp)
     best = tl.full((), float("-inf"), tl.float32)
@@ -56,6 +63,10 @@ def _gumbel_argmax_kernel(
         mask = cols < vocab
         logit = tl.load(logits_ptr + row * stride + cols, mask=mask, other=float("-inf"))
         logit = logit.to(tl.float32)
+        if MASKED:  # an unmasked row (mask_row < 0) reads all bits set
+            word = tl.load(bitmask_ptr + mask_row * words + cols // 32,
+                           mask=mask & (mask_row >= 0), other=-1)
+            logit = tl.where(((word >> (cols % 32)) & 1) != 0, logit, float("-inf"))
         # One Philox call yields four uniforms: column start + 4j + i takes one of call j's
         # four (a fixed order), so the noise is a function of (seed, column) alone, at a
         # quarter of the cost of `tl.rand` per column (the RNG was most of the kernel's time).
@@ -75,17 +86,27 @@ def _gumbel_argmax_kernel(
     tl.store(index_ptr + row * splits + part, best_idx.to(tl.int64))
 
 
-def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor,
+                  bitmask: torch.Tensor | None = None,
+                  mask_rows: torch.Tensor | None = None) -> torch.Tensor:
     """logits (B, V) on CUDA (float32/bf16, rows contiguous), temps (B,) float32 (0 =
-    greedy), seeds (B,) int64 -> (B,) int64 tokens, without a host sync.
+    greedy), seeds (B,) int64 -> (B,) int64 tokens, without a host sync. bitmask (M,
+    ceil(V / 32)) int32 and mask_rows (B,) int64: row i samples only among the tokens
+    allowed by bitmask[mask_rows[i]] (constrain/mask.py's layout), or among all of them
+    where mask_rows[i] < 0; a masked row must allow at least one token.
 
     Each row is split over several programs (few rows would leave most SMs idle: one
     program per row took 176 us for 140 rows x 128k on an H200); a second, tiny pass picks
     each row's best part. The draw does not depend on the split."""
     assert logits.dim() == 2 and logits.stride(1) == 1
+    assert (bitmask is None) == (mask_rows is None)
     rows, vocab = logits.shape
     if not rows:
         return torch.empty(0, dtype=torch.int64, device=logits.device)
+    masked = bitmask is not None
+    if masked:
+        assert bitmask.dtype == torch.int32 and bitmask.is_contiguous()
+        assert bitmask.shape[1] == triton.cdiv(vocab, 32) and mask_rows.shape == (rows,)
     blocks = triton.cdiv(vocab, _BLOCK)
     splits = max(1, min(blocks, _TARGET_PROGRAMS // rows))
     span = triton.cdiv(blocks, splits) * _BLOCK
@@ -93,8 +114,9 @@ def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor
     best = torch.empty(rows, splits, dtype=torch.float32, device=logits.device)
     index = torch.empty(rows, splits, dtype=torch.int64, device=logits.device)
     _gumbel_argmax_kernel[(rows, splits)](
-        logits, logits.stride(0), temps, seeds, best, index, vocab, span, BLOCK=_BLOCK,
-        num_warps=4,
+        logits, logits.stride(0), temps, seeds, best, index, vocab, span,
+        bitmask if masked else seeds, mask_rows if masked else seeds,
+        bitmask.shape[1] if masked else 0, BLOCK=_BLOCK, MASKED=masked, num_warps=4,
     )
     if splits == 1:
         return index[:, 0]

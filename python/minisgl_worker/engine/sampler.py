@@ -10,8 +10,10 @@ Reported logprobs are the log-softmax of the *processed* logits: after penalties
 and temperature (1 for greedy), before top-k/top-p/min-p truncation, so alternatives that
 the truncation removed still have finite values.
 
-Fast path: a batch of plain greedy requests (no penalties, masks or logprobs) is a single
-argmax, and greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
+Fast paths: a batch of plain greedy requests (no penalties, masks or logprobs) is a single
+argmax; on CUDA, a batch whose rows need nothing but temperature and their grammar masks
+(no penalties, bias, min_new_tokens, logprobs or truncation) draws in one Triton pass that
+applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
 top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA sync is what
 lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
 grammar mask needs the request's newest token on the host: the scheduler processes the
@@ -33,7 +35,7 @@ import torch
 
 from ..constrain import MaskFiller, ReadyMasks, apply_bitmask
 from ..core import PENDING_TOKEN, Req
-from ..transfer import to_device, to_device_packed
+from ..transfer import to_device, to_device_packed, upload
 
 
 class SampleOutput(NamedTuple):
@@ -52,14 +54,14 @@ def _stop_masked(req: Req) -> bool:
 
 
 def _is_plain(req: Req) -> bool:
-    """Nothing to do to its logits but temperature."""
+    """Nothing to do to its logits but temperature and its grammar's mask (both of which
+    the Triton draw applies)."""
     s = req.sampling
-    return not (s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req)
-                or req.matcher is not None)
+    return not (s.logprobs or s.logit_bias or _has_penalty(req) or _stop_masked(req))
 
 
 def _is_plain_greedy(req: Req) -> bool:
-    return req.sampling.is_greedy and _is_plain(req)
+    return req.sampling.is_greedy and _is_plain(req) and req.matcher is None
 
 
 def _truncates(req: Req) -> bool:
@@ -89,8 +91,9 @@ class Sampler:
             return SampleOutput(logits.argmax(-1), list(none), list(none))
         counts = [len(r.output_ids) for r in reqs]  # tokens before this one (maybe pending)
         if self._fused and all(_is_plain(r) and not _truncates(r) for r in reqs):
-            return SampleOutput(self._gumbel(logits, reqs, counts, scaled=False), list(none),
-                                list(none))
+            grammar = self._grammar_masks(reqs, counts, logits.shape[1], masks)
+            return SampleOutput(self._gumbel(logits, reqs, counts, False, grammar),
+                                list(none), list(none))
         logits = logits.float()  # a copy in bf16/fp16; float32 (CPU) is edited in place
         for i, req in enumerate(reqs):
             if _has_penalty(req):
@@ -103,8 +106,9 @@ class Sampler:
                 if not req.sampling.ignore_eos:
                     stop_ids += self.eos_token_ids
                 logits[i, stop_ids] = float("-inf")
-        if any(r.matcher is not None for r in reqs):
-            self._apply_grammars(logits, reqs, counts, masks)
+        grammar = self._grammar_masks(reqs, counts, logits.shape[1], masks)
+        if grammar is not None:
+            apply_bitmask(logits, *grammar)
         temps = [r.sampling.temperature if not r.sampling.is_greedy else 1.0 for r in reqs]
         # Times the float32 reciprocal, as the Triton draw scales (gumbel.py): both paths
         # then see the same scaled logits, bit for bit.
@@ -120,16 +124,19 @@ class Sampler:
         logprobs, tops = self._logprobs(logits, tokens, reqs)
         return SampleOutput(tokens, logprobs, tops)
 
-    def _apply_grammars(self, logits: torch.Tensor, reqs: list[Req], counts: list[int],
-                        masks: Callable[[], ReadyMasks | None] | None) -> None:
-        """Masks the constrained rows in one pass (constrain/mask.py); the scheduler has
-        advanced each matcher to its request's newest token (overlap: just now, while the
-        GPU ran this batch's forward)."""
+    def _grammar_masks(self, reqs: list[Req], counts: list[int], vocab: int,
+                       masks: Callable[[], ReadyMasks | None] | None,
+                       ) -> tuple[list[int], torch.Tensor] | None:
+        """The constrained rows' masks (constrain/mask.py: the rows and their bitmask on
+        the host), None without constrained rows; the scheduler has advanced each matcher
+        to its request's newest token (overlap: just now, while the GPU ran this batch's
+        forward)."""
+        if all(r.matcher is None for r in reqs):
+            return None
         ready = masks() if masks is not None else None
         for req, count in zip(reqs, counts):  # each mask must follow the newest token
             assert req.matcher is None or req.matcher.num_tokens == count, (req, count)
-        matchers = [r.matcher for r in reqs]
-        apply_bitmask(logits, *self._masks.fill(matchers, logits.shape[1], ready))
+        return self._masks.fill([r.matcher for r in reqs], vocab, ready)
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]
@@ -168,9 +175,12 @@ class Sampler:
         return tokens
 
     def _gumbel(self, logits: torch.Tensor, reqs: list[Req], counts: list[int],
-                scaled: bool = True) -> torch.Tensor:
+                scaled: bool = True,
+                grammar: tuple[list[int], torch.Tensor] | None = None) -> torch.Tensor:
         """One Triton pass (gumbel.py). scaled: the temperature was applied already. A
-        seeded request's noise is keyed by its seed and token count, others' by a host RNG."""
+        seeded request's noise is keyed by its seed and token count, others' by a host RNG.
+        grammar: the constrained rows and their bitmask (`_grammar_masks`), applied in the
+        pass."""
         from .gumbel import gumbel_sample
 
         temps = [1.0 if scaled else r.sampling.temperature for r in reqs]  # 0: greedy
@@ -179,13 +189,20 @@ class Sampler:
             else (r.sampling.seed * 0x9E3779B97F4A7C15 + count) & (2**63 - 1)
             for r, count in zip(reqs, counts)
         ]
-        # Both cross in one copy: the temperatures as float32 bits in int64 words (padded
+        # They cross in one copy: the temperatures as float32 bits in int64 words (padded
         # to a whole word), each part 16-byte aligned (transfer.to_device_packed).
         n = len(reqs)
         temps32 = np.zeros(n + n % 2, dtype=np.float32)
         temps32[:n] = temps
-        seeds_t, temps_t = to_device_packed([seeds, temps32.view(np.int64)], self.device)
-        return gumbel_sample(logits, temps_t.view(torch.float32)[:n], seeds_t)
+        arrays = [seeds, temps32.view(np.int64)]
+        if grammar is not None and grammar[0]:
+            mask_rows = np.full(n, -1, dtype=np.int64)  # each row's bitmask row, -1: none
+            mask_rows[grammar[0]] = np.arange(len(grammar[0]))
+            arrays.append(mask_rows)
+        seeds_t, temps_t, *rest = to_device_packed(arrays, self.device)
+        bitmask = upload(grammar[1], self.device) if rest else None  # type: ignore[index]
+        return gumbel_sample(logits, temps_t.view(torch.float32)[:n], seeds_t, bitmask,
+                             rest[0] if rest else None)
 
     def _race(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         """The torch draw (CPU, and truncated rows on CUDA).
