@@ -65,34 +65,47 @@ def requests(n: int, input_len: int, output_len: int, seed: int,
 
 
 class HostTimer:
-    """Host milliseconds of a constrained step, per step that has each part. Under overlap,
-    between the batch's forward and its sampling: `wait`, processing the previous batch
-    (its tokens, the matchers moved); `plan`, what runs while the helper thread fills the
-    masks (the batch's bookkeeping, planning the next batch, then joining the helper).
-    `fill`: llguidance computing masks, on the helper thread or the sampler's; `apply`:
-    uploading the masks and applying them to the logits. The GPU runs the forward under
-    wait + plan: it idles only where they outlast it."""
+    """Host milliseconds of a constrained step's parts, per step that has each. Under
+    overlap: `process`, the previous batch's results (waiting for its tokens, moving the
+    matchers); `plan`, what runs on the scheduler's thread while the helper fills the masks
+    (launching the forward is before it, then the batch's bookkeeping, planning the next
+    batch and joining the helper), of which `join` is waiting for the helper; `fill`,
+    llguidance computing masks on the helper; `refill`, the sampler completing the masks
+    (rows not filled ahead); `apply`, the float32 path's masking (the Triton draw applies
+    the masks itself). Works on older trees too (A/B), where some parts are absent."""
 
     def __init__(self, llm: LLM) -> None:
+        import minisgl_worker.constrain.mask as mask_module
         import minisgl_worker.engine.sampler as sampler_module
 
-        self.seconds = {"wait": 0.0, "plan": 0.0, "fill": 0.0, "apply": 0.0}
-        self.steps = dict.fromkeys(self.seconds, 0)
-        ahead = getattr(llm.scheduler, "masks_ahead", None)  # absent in older trees (A/B)
-        for filler in [llm.engine.sampler._masks] + ([ahead._filler] if ahead else []):
-            filler.fill = self._timed("fill", filler.fill)
+        self.active = False  # timing: only the constrained run's steps
+        names = ["process", "plan", "join", "fill", "refill", "apply"]
+        self.seconds = dict.fromkeys(names, 0.0)
+        self.steps = dict.fromkeys(names, 0)
+        scheduler, sampler = llm.scheduler, llm.engine.sampler
+        scheduler.process_results = self._timed("process", scheduler.process_results)
+        ahead = scheduler.masks_ahead
+        ahead.join = self._timed("join", ahead.join)
+        job = getattr(mask_module, "MaskJob", None)
+        if job is not None:  # the helper computes a MaskJob
+            job.compute = self._timed("fill", job.compute)
+        else:  # the helper runs MaskFiller.fill
+            ahead._filler.fill = self._timed("fill", ahead._filler.fill)
+        sampler._masks.fill = self._timed("refill", sampler._masks.fill)
         sampler_module.apply_bitmask = self._timed("apply", sampler_module.apply_bitmask)
         engine = llm.engine
         forward = engine.forward_batch
 
-        def forward_batch(batch, before_sample=None, *masks):
-            return forward(batch, before_sample and self._timed("wait", before_sample),
-                           *(m and self._timed("plan", m) for m in masks))
+        def forward_batch(batch, *callbacks):  # the last one: the masks callback
+            *rest, masks = callbacks or (None,)
+            return forward(batch, *rest, masks and self._timed("plan", masks))
 
         engine.forward_batch = forward_batch
 
     def _timed(self, name, inner):
         def timed(*args):
+            if not self.active:
+                return inner(*args)
             t = time.perf_counter()
             result = inner(*args)
             self.seconds[name] += time.perf_counter() - t
@@ -160,9 +173,12 @@ def main() -> None:
     llm.generate(*requests(4, 16, 8, 3, True))
     llm.generate(*requests(n, i, o, 4, False))
     timer = HostTimer(llm)
-    seconds = {name: timed_run(llm, *reqs) for name, reqs in
-               [("unconstrained", free), ("constrained", bound), ("mixed", both),
-                ("unconstrained x2", double)]}
+    seconds = {}
+    for name, reqs in [("unconstrained", free), ("constrained", bound), ("mixed", both),
+                       ("unconstrained x2", double)]:
+        timer.active = name == "constrained"
+        seconds[name] = timed_run(llm, *reqs)
+    timer.active = False
     if args.profile:
         profile_host(llm, "unconstrained", *requests(n, i, o, 5, False))
         profile_host(llm, "constrained", *requests(n, i, o, 5, True))

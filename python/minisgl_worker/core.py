@@ -111,6 +111,15 @@ class Batch:
     # sample_reqs' table rows, where their sampled tokens go in the token pool (None: the
     # engine copies them over itself)
     sample_rows: torch.Tensor | None = None  # (S,) int64
+    # Each request's table row and KV length as the batch was built: what its launch
+    # plans attention with. (Under overlap a constrained step processes the previous
+    # batch, which may end some of these requests, before it launches this one.)
+    table_rows: list[int] = field(init=False)
+    kv_lens: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table_rows = [r.table_idx for r in self.reqs]
+        self.kv_lens = [r.device_len for r in self.reqs]
 
     @property
     def size(self) -> int:

@@ -52,8 +52,7 @@ class FlashInferBackend(GraphAttnBackend):
 
     def prepare(self, batch: Batch, route: Route) -> None:
         self._graph_break = None
-        rows = [r.table_idx for r in batch.reqs]
-        kv_lens = [r.device_len for r in batch.reqs]
+        rows, kv_lens = batch.table_rows, batch.kv_lens
         if route.kind is RouteKind.DECODE_GRAPH:
             self._plan_padded(rows, kv_lens, route.size, route.attn is Attn.SPLIT_KV)
         elif route.kind is RouteKind.MIXED_GRAPH:

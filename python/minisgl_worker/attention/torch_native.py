@@ -56,14 +56,13 @@ class TorchNativeBackend(BaseAttnBackend):
         dec_lens: list[int] = []
         dec_rows: list[int] = []
         start = 0
-        for req, n in zip(batch.reqs, batch.extend_lens):
-            length = req.device_len
+        for row, length, n in zip(batch.table_rows, batch.kv_lens, batch.extend_lens):
             if n == 1:
                 dec_index.append(start)
                 dec_lens.append(length)
-                dec_rows.append(req.table_idx)
+                dec_rows.append(row)
             else:
-                slots = self.page_table[req.table_idx, :length].long()
+                slots = self.page_table[row, :length].long()
                 pos = torch.arange(length - n, length, device=device)
                 mask = torch.arange(length, device=device)[None, :] <= pos[:, None]
                 extends.append(_Extend(start, start + n, slots, None if n == length else mask))

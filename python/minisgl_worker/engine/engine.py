@@ -159,19 +159,15 @@ class Engine:
         return tokens // ps
 
     @torch.inference_mode()
-    def forward_batch(self, batch: Batch, before_sample: Callable[[], None] | None = None,
+    def forward_batch(self, batch: Batch,
                       masks: Callable[[], ReadyMasks | None] | None = None) -> ForwardOutput:
-        """before_sample: host work run once the forward is queued and before the sampler
-        reads the requests (the scheduler processes the previous batch there, so that
-        constrained requests' masks follow their newest token while the GPU computes).
-        masks: called by the sampler when it needs the grammar masks, which may have been
-        filled ahead (the scheduler plans its next batch meanwhile)."""
+        """masks: called by the sampler, once the forward is queued, when it needs the
+        grammar masks, which may be being filled ahead (the scheduler books this batch and
+        plans the next meanwhile)."""
         if batch.pool_index is not None:
             batch.input_ids[batch.pool_index] = self.token_pool[batch.pool_slots]
         route = self.routes.route(batch)
         logits = self.runners[route.kind].run(batch, route)  # (B, V), the sampling rows
-        if before_sample is not None:
-            before_sample()
         sample = self.sampler.sample(logits, batch.sample_reqs, masks)
         tokens = sample.tokens
         if self.comm is not None:

@@ -100,7 +100,7 @@ class RouteTable:
         decode = batch.phase == "decode"
         if decode and sizes.decode and reqs <= sizes.decode[-1]:
             padded = next(s for s in sizes.decode if s >= reqs)
-            lens = [r.device_len for r in batch.reqs]
+            lens = batch.kv_lens
             even = bool(lens) and max(lens) * len(lens) <= 2 * sum(lens)
             whole = padded in sizes.whole_kv and even
             return Route(RouteKind.DECODE_GRAPH, Attn.WHOLE_KV if whole else Attn.SPLIT_KV,

@@ -19,10 +19,12 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. Such a batch N+1 launches its forward, processes N
-(its tokens move the matchers), has a helper thread fill its masks (constrain/prefetch.py)
-while it books N+1 and plans N+2, then samples; the next step launches the planned N+2 as
-it is (an abort of one of its requests is held until then).
+needs token N, but only at sampling. Such a step processes N first (its tokens move the
+matchers), has a helper thread fill N+1's masks (constrain/prefetch.py) while it launches
+N+1's forward, books N+1 and plans N+2, then samples; the next step launches the planned
+N+2 as it is (an abort of one of its requests is held until then). Processing N may end
+requests of N+1 before N+1 launches: its launch reads their table rows and KV lengths from
+the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -31,7 +33,6 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -135,21 +136,16 @@ class Scheduler:
     def step(self) -> list[TokenOutput]:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
         outputs: list[TokenOutput] = []
-
-        def process_done() -> None:  # batch N's tokens, once
-            nonlocal done
-            if done is not None:
-                outputs.extend(self.process_results(*done))
-                done = None
-
         batch, self._next = self._next or self.schedule(), None  # planned by the last step?
+        ahead = self.overlap and batch is not None and any(
+            r.matcher is not None for r in batch.sample_reqs)  # masks filled ahead
+        if ahead and done is not None:
+            outputs.extend(self.process_results(*done))  # moves the matchers N+1's masks follow
+            done = None
         if batch is not None:
-            constrained = any(r.matcher is not None for r in batch.sample_reqs)
-            if constrained and self.overlap:
-                out = self._launch_constrained(batch, process_done)
-            else:
-                out = self.launch(batch)
-        process_done()
+            out = self._launch_constrained(batch) if ahead else self.launch(batch)
+        if done is not None:
+            outputs.extend(self.process_results(*done))
         if batch is not None:
             if self.overlap:
                 self._inflight = (batch, out)
@@ -157,14 +153,12 @@ class Scheduler:
                 outputs.extend(self.process_results(batch, out))
         return outputs
 
-    def _launch_constrained(self, batch: Batch, process_done: Callable[[], None]) -> ForwardOutput:
-        """Launches a batch with grammar rows under overlap: the masks fill on the helper
-        thread while this thread books the batch and plans the next (module docstring)."""
+    def _launch_constrained(self, batch: Batch) -> ForwardOutput:
+        """Launches a batch with grammar rows under overlap, the previous batch processed:
+        the masks fill on the helper thread while this thread launches the forward, books
+        the batch and plans the next (module docstring)."""
+        self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
         asked = False  # the sampler calls masks(): the batch is booked
-
-        def before_sample() -> None:
-            process_done()
-            self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
 
         def masks() -> ReadyMasks | None:
             nonlocal asked
@@ -173,7 +167,7 @@ class Scheduler:
             self._next = self.schedule()
             return self.masks_ahead.join()
 
-        out = self.engine.forward_batch(batch, before_sample, masks)
+        out = self.engine.forward_batch(batch, masks)
         assert asked, "the sampler never asked for a constrained batch's masks"
         return out
 
