@@ -65,11 +65,12 @@ def requests(n: int, input_len: int, output_len: int, seed: int,
 
 
 class HostTimer:
-    """Host milliseconds of a constrained step's parts, per step that has each. Under
-    overlap: `process`, the previous batch's results (waiting for its tokens, moving the
+    """Host milliseconds of a constrained step's parts, per step that has each. `step`: the
+    scheduler's whole step; under overlap: `process`, the previous batch's results (waiting for its tokens, moving the
     matchers); `plan`, what runs on the scheduler's thread while the helper fills the masks
-    (launching the forward is before it, then the batch's bookkeeping, planning the next
-    batch and joining the helper), of which `join` is waiting for the helper; `fill`,
+    (the batch's bookkeeping, planning the next batch and joining the helper), of which
+    `join` is waiting for the helper; `start`, handing the fill to the helper; `forward`,
+    launching the forward; `sample`, the sampler (`plan` included); `fill`,
     llguidance computing masks on the helper; `refill`, the sampler completing the masks
     (rows not filled ahead); `apply`, the float32 path's masking (the Triton draw applies
     the masks itself). Works on older trees too (A/B), where some parts are absent."""
@@ -79,13 +80,19 @@ class HostTimer:
         import minisgl_worker.engine.sampler as sampler_module
 
         self.active = False  # timing: only the constrained run's steps
-        names = ["process", "plan", "join", "fill", "refill", "apply"]
+        names = ["step", "process", "start", "forward", "sample", "plan", "join", "fill",
+                 "refill", "apply"]
         self.seconds = dict.fromkeys(names, 0.0)
         self.steps = dict.fromkeys(names, 0)
         scheduler, sampler = llm.scheduler, llm.engine.sampler
+        scheduler.step = self._timed("step", scheduler.step)
         scheduler.process_results = self._timed("process", scheduler.process_results)
         ahead = scheduler.masks_ahead
+        ahead.start = self._timed("start", ahead.start)
         ahead.join = self._timed("join", ahead.join)
+        sampler.sample = self._timed("sample", sampler.sample)
+        for runner in set(llm.engine.runners.values()):
+            runner.run = self._timed("forward", runner.run)
         job = getattr(mask_module, "MaskJob", None)
         if job is not None:  # the helper computes a MaskJob
             job.compute = self._timed("fill", job.compute)
