@@ -18,7 +18,8 @@ def free_port() -> int:
 def _entry(rank: int, size: int, addr: str, cuda: bool, fn: Callable[..., Any],
            args: tuple[Any, ...]) -> None:
     import torch
-    from minisgl_worker.distributed import TPInfo, init_distributed
+    import torch.distributed as dist
+    from minisgl_worker.distributed import TPInfo, destroy_distributed, init_distributed
 
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
@@ -28,6 +29,11 @@ def _entry(rank: int, size: int, addr: str, cuda: bool, fn: Callable[..., Any],
     init_distributed(TPInfo(rank, size), addr, device)
     with torch.inference_mode():  # as the engine runs the model
         fn(*args)
+    # Leave the group together: a rank exiting with its group alive could abort in the
+    # group's threads' teardown ("terminate called without an active exception"), and
+    # rank 0 holds the store the others still talk to.
+    dist.barrier()
+    destroy_distributed()
 
 
 def run_group(size: int, fn: Callable[..., Any], *args: Any, cuda: bool = False) -> None:
