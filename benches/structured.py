@@ -65,25 +65,27 @@ def requests(n: int, input_len: int, output_len: int, seed: int,
 
 
 class HostTimer:
-    """Host milliseconds of a constrained step's parts, per step that has each. `step`: the
-    scheduler's whole step; under overlap: `process`, the previous batch's results (waiting for its tokens, moving the
-    matchers); `plan`, what runs on the scheduler's thread while the helper fills the masks
-    (the batch's bookkeeping, planning the next batch and joining the helper), of which
-    `join` is waiting for the helper; `start`, handing the fill to the helper; `forward`,
-    launching the forward; `sample`, the sampler (`plan` included); `fill`,
-    llguidance computing masks on the helper; `refill`, the sampler completing the masks
-    (rows not filled ahead); `apply`, the float32 path's masking (the Triton draw applies
-    the masks itself). Works on older trees too (A/B), where some parts are absent."""
+    """Host milliseconds of a step's parts, per step that has each, in the unconstrained and
+    the constrained run. `step`: the scheduler's whole step; `process`, the previous
+    batch's results (waiting for its tokens, moving the matchers); `forward`, launching
+    the forward; `sample`, the sampler. A constrained step under overlap also has: `start`,
+    handing the mask fill to the helper thread; `plan`, what the scheduler's thread does
+    meanwhile inside `sample` (the batch's bookkeeping, planning the next batch, then
+    `join`, waiting for the helper); `fill`, llguidance computing masks on the helper;
+    `refill`, the sampler completing them (rows not filled ahead); `apply`, the float32
+    path's masking (the Triton draw applies masks itself). Works on older trees too (A/B),
+    where some parts are absent."""
 
     def __init__(self, llm: LLM) -> None:
         import minisgl_worker.constrain.mask as mask_module
         import minisgl_worker.engine.sampler as sampler_module
 
-        self.active = False  # timing: only the constrained run's steps
+        self.active: str | None = None  # the run being timed
         names = ["step", "process", "start", "forward", "sample", "plan", "join", "fill",
                  "refill", "apply"]
-        self.seconds = dict.fromkeys(names, 0.0)
-        self.steps = dict.fromkeys(names, 0)
+        self.names = names
+        self.seconds: dict[str, dict[str, float]] = {}  # run -> part -> seconds
+        self.steps: dict[str, dict[str, int]] = {}
         scheduler, sampler = llm.scheduler, llm.engine.sampler
         scheduler.step = self._timed("step", scheduler.step)
         scheduler.process_results = self._timed("process", scheduler.process_results)
@@ -111,17 +113,21 @@ class HostTimer:
 
     def _timed(self, name, inner):
         def timed(*args):
-            if not self.active:
+            if self.active is None:
                 return inner(*args)
             t = time.perf_counter()
             result = inner(*args)
-            self.seconds[name] += time.perf_counter() - t
-            self.steps[name] += 1
+            run = self.active
+            self.seconds.setdefault(run, dict.fromkeys(self.names, 0.0))[name] += (
+                time.perf_counter() - t)
+            self.steps.setdefault(run, dict.fromkeys(self.names, 0))[name] += 1
             return result
         return timed
 
-    def ms_per_step(self, name: str) -> float:
-        return round(1e3 * self.seconds[name] / max(1, self.steps[name]), 3)
+    def ms_per_step(self, run: str) -> dict[str, float]:
+        """Each part's mean over the steps of `run` that have it (absent parts left out)."""
+        return {name: round(1e3 * t / self.steps[run][name], 3)
+                for name, t in self.seconds.get(run, {}).items() if self.steps[run][name]}
 
 
 def profile_host(llm: LLM, label: str, prompts: list[list[int]],
@@ -183,9 +189,9 @@ def main() -> None:
     seconds = {}
     for name, reqs in [("unconstrained", free), ("constrained", bound), ("mixed", both),
                        ("unconstrained x2", double)]:
-        timer.active = name == "constrained"
+        timer.active = name if name in ("unconstrained", "constrained") else None
         seconds[name] = timed_run(llm, *reqs)
-    timer.active = False
+    timer.active = None
     if args.profile:
         profile_host(llm, "unconstrained", *requests(n, i, o, 5, False))
         profile_host(llm, "constrained", *requests(n, i, o, 5, True))
@@ -204,7 +210,7 @@ def main() -> None:
         "mixed_vs_unconstrained_x2": round(seconds["mixed"] / seconds["unconstrained x2"], 3),
         "compile_ms_per_schema": round(compile_ms, 2),
         "overlap": llm.scheduler.overlap,
-        "host_ms_per_step": {k: timer.ms_per_step(k) for k in timer.seconds},
+        "host_ms_per_step": {run: timer.ms_per_step(run) for run in timer.seconds},
         "host_steps": timer.steps,
     }
     print(json.dumps(result))
@@ -213,8 +219,9 @@ def main() -> None:
         print(f"| {k} | {v:.3f} | {result['tok_s'][k]:,.0f} |")
     print(f"constrained / unconstrained throughput: {result['constrained_vs_unconstrained']}x; "
           f"mixed / unconstrained x2 time: {result['mixed_vs_unconstrained_x2']}x; compile "
-          f"{result['compile_ms_per_schema']} ms a schema; host ms a constrained step "
-          f"{result['host_ms_per_step']} (overlap {result['overlap']})")
+          f"{result['compile_ms_per_schema']} ms a schema; overlap {result['overlap']}")
+    for run, parts in result["host_ms_per_step"].items():
+        print(f"host ms a step, {run}: {parts}")
     if "OUT" in os.environ:
         Path(os.environ["OUT"], "structured.json").write_text(json.dumps(result) + "\n")
     llm.shutdown()
