@@ -5,10 +5,10 @@ overlap scheduling filled ahead on a helper thread (`MaskPrefetch`)."""
 
 from .grammar import GrammarCache, GrammarError
 from .mask import MaskFiller, ReadyMasks, apply_bitmask, fill_bitmask
-from .matcher import RequestMatcher, advance_all
+from .matcher import RequestMatcher
 from .prefetch import MaskPrefetch
 
 __all__ = [
     "GrammarCache", "GrammarError", "MaskFiller", "MaskPrefetch", "ReadyMasks", "RequestMatcher",
-    "advance_all", "apply_bitmask", "fill_bitmask",
+    "apply_bitmask", "fill_bitmask",
 ]

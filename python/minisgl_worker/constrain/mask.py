@@ -19,7 +19,7 @@ import llguidance as llg
 import torch
 
 from ..transfer import to_device, upload
-from .matcher import RequestMatcher, executor
+from .matcher import RequestMatcher
 
 
 class ReadyMasks(NamedTuple):
@@ -31,12 +31,13 @@ class ReadyMasks(NamedTuple):
 
 
 class MaskFiller:
-    """Fills the masks of one step's constrained rows, on llguidance's thread pool
-    (matcher.executor)."""
+    """Fills the masks of one step's constrained rows; one per sampler (the executor's
+    thread pool is made once)."""
 
     def __init__(self, pin: bool) -> None:
         """pin: allocate the host masks in pinned memory (CUDA: non-blocking upload)."""
         self.pin = pin
+        self._executor: llg.LLExecutor | None = None  # made at the first constrained step
 
     def fill(self, matchers: list[RequestMatcher | None], vocab_size: int,
              ready: ReadyMasks | None = None) -> tuple[list[int], torch.Tensor]:
@@ -55,7 +56,7 @@ class MaskFiller:
         live: list[RequestMatcher] = [matchers[i] for i in rows]  # type: ignore[misc]
         found = [_ready_row(ready, m) for m in live]
         if ready is not None and found == list(range(len(ready.rows))):
-            return MaskJob(rows, live, ready.bitmask, [])  # the same rows, in order
+            return MaskJob(rows, live, ready.bitmask, [], None)  # the same rows, in order
         words = (vocab_size + 31) // 32
         bitmask = torch.empty((len(rows), words), dtype=torch.int32, pin_memory=self.pin)
         reused = [(j, k) for j, k in enumerate(found) if k is not None]
@@ -63,7 +64,9 @@ class MaskFiller:
             dst, src = zip(*reused)
             bitmask[list(dst)] = ready.bitmask[list(src)]  # type: ignore[union-attr]
         missing = [(m.llmatcher, j) for j, (m, k) in enumerate(zip(live, found)) if k is None]
-        return MaskJob(rows, live, bitmask, missing)
+        if missing and self._executor is None:
+            self._executor = llg.LLExecutor()
+        return MaskJob(rows, live, bitmask, missing, self._executor)
 
 
 class MaskJob(NamedTuple):
@@ -73,12 +76,13 @@ class MaskJob(NamedTuple):
     matchers: list[RequestMatcher]  # theirs, in order: row j of bitmask is matchers[j]'s
     bitmask: torch.Tensor
     missing: list[tuple[llg.LLMatcher, int]]  # (matcher, bitmask row) to compute
+    executor: llg.LLExecutor | None
 
     def compute(self) -> None:
         """llguidance fills the missing rows, on its thread pool with the GIL released."""
         if self.missing:
             words = self.bitmask.shape[1]
-            executor().unsafe_compute_mask_ptr(
+            self.executor.unsafe_compute_mask_ptr(  # type: ignore[union-attr]
                 self.missing, self.bitmask.data_ptr(), words * 4, len(self.rows))
 
 

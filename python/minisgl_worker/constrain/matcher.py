@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import llguidance as llg
 
 
@@ -34,23 +32,3 @@ class RequestMatcher:
         assert ok, f"token {token} was outside the mask: {self._matcher.get_error()}"
         self.num_tokens += 1
         return self._matcher.is_stopped()
-
-
-@cache
-def executor() -> llg.LLExecutor:
-    """llguidance's thread pool (one per process, made at first use): batched mask fills
-    and token advances run there with the GIL released."""
-    return llg.LLExecutor()
-
-
-def advance_all(steps: list[tuple[RequestMatcher, int]]) -> list[bool]:
-    """`RequestMatcher.advance` of many matchers at once, on the thread pool (a token costs
-    a matcher ~5 us: 64 rows in a row took ~0.3 ms of the scheduler's step) -> whether
-    each grammar has ended."""
-    if not steps:
-        return []
-    oks = executor().consume_token_par([(m.llmatcher, token) for m, token in steps])
-    for (matcher, token), ok in zip(steps, oks):
-        assert ok, f"token {token} was outside the mask: {matcher.llmatcher.get_error()}"
-        matcher.num_tokens += 1
-    return [m.ended for m, _ in steps]

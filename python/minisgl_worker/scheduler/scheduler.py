@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constrain import GrammarCache, MaskPrefetch, ReadyMasks, advance_all
+from ..constrain import GrammarCache, MaskPrefetch, ReadyMasks
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
@@ -236,15 +236,14 @@ class Scheduler:
         finished ones. Requests that ended while the batch was in flight are skipped."""
         outputs = []
         tokens = out.tokens()
-        live = [(i, r) for i, r in enumerate(batch.sample_reqs)
-                if r.status not in (ReqStatus.FINISHED, ReqStatus.ABORTED)]
-        steps = [(r.matcher, tokens[i]) for i, r in live if r.matcher is not None]
-        ended = {m for (m, _), end in zip(steps, advance_all(steps)) if end}  # grammars over
-        for i, req in live:
+        for i, req in enumerate(batch.sample_reqs):
+            if req.status in (ReqStatus.FINISHED, ReqStatus.ABORTED):
+                continue
             n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
-            finish = "stop" if req.matcher in ended else finish_reason(
-                req, token, n, self.eos_ids, self.max_context)
+            ended = req.matcher is not None and req.matcher.advance(token)
+            finish = "stop" if ended else finish_reason(req, token, n, self.eos_ids,
+                                                         self.max_context)
             if n == 1:
                 self.prompt_tokens += len(req.input_ids)
                 self.cached_prompt_tokens += req.prefix_len
