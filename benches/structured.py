@@ -73,8 +73,10 @@ class HostTimer:
     meanwhile inside `sample` (the batch's bookkeeping, planning the next batch, then
     `join`, waiting for the helper); `fill`, llguidance computing masks on the helper;
     `refill`, the sampler completing them (rows not filled ahead); `apply`, the float32
-    path's masking (the Triton draw applies masks itself). Works on older trees too (A/B),
-    where some parts are absent."""
+    path's masking (the Triton draw applies masks itself). And when, counted from the
+    step's start, the fill begins and ends on the helper and the scheduler's thread joins
+    it (`fill_begins`, `fill_ends`, `join_begins`). Works on older trees too (A/B), where
+    some parts are absent."""
 
     def __init__(self, llm: LLM) -> None:
         import minisgl_worker.constrain.mask as mask_module
@@ -82,7 +84,8 @@ class HostTimer:
 
         self.active: str | None = None  # the run being timed
         names = ["step", "process", "start", "forward", "sample", "plan", "join", "fill",
-                 "refill", "apply"]
+                 "refill", "apply", "fill_begins", "fill_ends", "join_begins"]
+        self._step_began = 0.0
         self.names = names
         self.seconds: dict[str, dict[str, float]] = {}  # run -> part -> seconds
         self.steps: dict[str, dict[str, int]] = {}
@@ -116,13 +119,22 @@ class HostTimer:
             if self.active is None:
                 return inner(*args)
             t = time.perf_counter()
+            if name == "step":
+                self._step_began = t
+            elif name in ("fill", "join"):
+                self._add(f"{name}_begins", t - self._step_began)
             result = inner(*args)
-            run = self.active
-            self.seconds.setdefault(run, dict.fromkeys(self.names, 0.0))[name] += (
-                time.perf_counter() - t)
-            self.steps.setdefault(run, dict.fromkeys(self.names, 0))[name] += 1
+            end = time.perf_counter()
+            self._add(name, end - t)
+            if name == "fill":
+                self._add("fill_ends", end - self._step_began)
             return result
         return timed
+
+    def _add(self, name: str, seconds: float) -> None:
+        run = self.active
+        self.seconds.setdefault(run, dict.fromkeys(self.names, 0.0))[name] += seconds
+        self.steps.setdefault(run, dict.fromkeys(self.names, 0))[name] += 1
 
     def ms_per_step(self, run: str) -> dict[str, float]:
         """Each part's mean over the steps of `run` that have it (absent parts left out)."""
