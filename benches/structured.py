@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -116,8 +117,9 @@ class HostTimer:
 
     def _timed(self, name, inner):
         def timed(*args):
-            if self.active is None:
-                return inner(*args)
+            if self.active is None or (name == "fill" and threading.current_thread()
+                                       is threading.main_thread()):
+                return inner(*args)  # not timed (a fill on this thread is a `refill`)
             t = time.perf_counter()
             if name == "step":
                 self._step_began = t
