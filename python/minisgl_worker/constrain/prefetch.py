@@ -16,15 +16,20 @@ the helper calls llguidance and nothing else, so it takes the GIL twice a step, 
 
 The helper needs the GIL for the few microseconds before llguidance releases it, and Python
 hands the GIL from a busy thread to a waiting one only every switch interval (5 ms by
-default): the helper would start after the planning, not beside it. While a fill is
-pending the interval is SWITCH_S (measured with 1.5 ms of busy Python on the other thread:
-on the H200 host the helper started after 1.5 ms at 5 ms, after 0.24 ms at 0.1 ms:
-benches/kernels/mask_fill.py).
+default), and not while the busy thread is inside a C call that keeps it (the forward's
+launch makes several): with SWITCH_S, 0.1 ms, the helper still began ~1.2 ms after
+`start`, past the forward's launch (benches/structured.py's `fill_begins`, H200). So
+`start` waits until the helper has the job, giving it the GIL at once; it gets the GIL
+back as soon as llguidance releases it. While a fill is pending the switch interval is
+SWITCH_S, so the helper's return is not held up by the planning (on the H200 host, with
+1.5 ms of busy Python on the other thread, a waiting thread got the GIL after 1.5 ms at
+5 ms, after 0.24 ms at 0.1 ms: benches/kernels/mask_fill.py).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -45,6 +50,7 @@ class MaskPrefetch:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
         self._pending: Future[None] | None = None
         self._job: MaskJob | None = None
+        self._started = threading.Event()  # the helper has the job
         self._interval = sys.getswitchinterval()
 
     def start(self, rows: list[RequestMatcher | None]) -> bool:
@@ -58,9 +64,15 @@ class MaskPrefetch:
             return False
         self._interval = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_S)
-        self._pending = self._pool.submit(job.compute)
+        self._started.clear()
+        self._pending = self._pool.submit(self._run, job)
         self._job = job
+        self._started.wait()  # hand it the GIL now: see the module docstring
         return True
+
+    def _run(self, job: MaskJob) -> None:
+        self._started.set()
+        job.compute()
 
     def join(self) -> ReadyMasks | None:
         """The masks of the last `start`, once filled (None if it had none)."""
