@@ -1,6 +1,6 @@
 """Grammar-constrained requests on the GPU, where overlap scheduling is on: a constrained
-step fills its masks on the helper thread while it launches the forward, and the Triton
-draw applies them (scheduler.py, constrain/prefetch.py, engine/gumbel.py). Seeded constrained requests sharing batches with
+step fills its masks on the helper thread and plans the next batch before it samples
+(scheduler.py, constrain/prefetch.py). Seeded constrained requests sharing batches with
 greedy unconstrained ones take only tokens their grammar allows, repeat their draws, and
 those their grammar ended are JSON of their schema. Random weights in the Qwen3-0.6B shape; the grammar needs
 a real tokenizer: the default model's tokenizer.json in .device/tok (scripts/gpu-features)."""

@@ -1,29 +1,25 @@
-"""A batch's grammar masks, filled on a helper thread while the scheduler launches the batch.
+"""A batch's grammar masks, filled on a helper thread while the scheduler plans the next.
 
 Under overlap scheduling a constrained request's mask for step N+1 needs its token from
-step N, so it cannot be filled before N's tokens reach the host. On the scheduler's thread
-the fill (llguidance: ~20 us a row at a state it has not seen; 64 rows ~1 ms, on one
-thread: the rows share their grammar's caches, and more threads did not help) and the
-launch of N+1's forward would run one after the other. `MaskPrefetch.start` runs the fill
-on a helper thread instead (llguidance releases the GIL) while the scheduler launches the
-forward (scheduler.py); the sampler joins it when it needs the masks.
+step N, so it cannot be filled before N's tokens reach the host: between N+1's forward and
+its sampling. On the scheduler's thread the fill (llguidance: ~20 us a row at a state it has
+not seen; 64 rows ~1.3 ms, on one thread: the rows share their grammar's caches, and more
+threads did not help) and the planning of step N+2 would then run one after the other while
+the GPU waits for N+1's sampling. `MaskPrefetch.start` runs the fill on a helper thread
+instead (llguidance releases the GIL), and the scheduler plans N+2 meanwhile
+(scheduler.py); the sampler takes the masks when it needs them.
 
 The helper only reads the matchers, and only until the scheduler joins it: nothing moves
 them meanwhile (they move when the scheduler processes a batch's tokens). What the fill
 does in Python (the rows, the pinned buffer) runs on the scheduler's thread in `start`:
-the helper calls llguidance and nothing else.
+the helper calls llguidance and nothing else, so it takes the GIL twice a step, briefly.
 
-The GIL decides when the helper runs. To start, it needs the GIL for the few microseconds
-before llguidance releases it, and Python hands the GIL from a busy thread to a waiting
-one only every switch interval (5 ms by default): while a fill is pending the interval is
-SWITCH_S (on the H200 host, with 1.5 ms of busy Python on the other thread, the helper
-started after 1.5 ms at 5 ms, after 0.24 ms at 0.1 ms: benches/kernels/mask_fill.py). To
-return from llguidance it needs the GIL again, and that it got only once the scheduler's
-thread blocked, whatever the interval (a 1 ms fill beside 2 or 4 ms of busy Python
-returned after 2.6 or 4.1 ms; beside Python that slept every 0.1 ms, after 1.0 ms): so
-the scheduler's thread joins the fill right after the launch instead of planning the next
-batch beside it (on the H200, planning beside it left the fill ending only when the join
-began: `fill_ends` against `join_begins` in benches/structured.py).
+The helper needs the GIL for the few microseconds before llguidance releases it, and Python
+hands the GIL from a busy thread to a waiting one only every switch interval (5 ms by
+default): the helper would start after the planning, not beside it. While a fill is
+pending the interval is SWITCH_S (measured with 1.5 ms of busy Python on the other thread:
+on the H200 host the helper started after 1.5 ms at 5 ms, after 0.24 ms at 0.1 ms:
+benches/kernels/mask_fill.py).
 """
 
 from __future__ import annotations
@@ -54,7 +50,8 @@ class MaskPrefetch:
     def start(self, rows: list[RequestMatcher | None]) -> bool:
         """Starts filling the masks of a batch's rows' live grammars, in their order (as
         the sampler will ask for them) -> whether there were any (else `join` returns None).
-        The Python part runs here; the helper only calls llguidance."""
+        The Python part runs here; the helper only calls llguidance, which releases the GIL
+        at once, so the two threads do not take turns at it."""
         assert self._pending is None, "join the previous fill first"
         job = self._filler.prepare(rows, self.vocab_size)
         if not job.rows:
@@ -64,11 +61,6 @@ class MaskPrefetch:
         self._pending = self._pool.submit(job.compute)
         self._job = job
         return True
-
-    @property
-    def pending(self) -> bool:
-        """A fill was started and not joined."""
-        return self._pending is not None
 
     def join(self) -> ReadyMasks | None:
         """The masks of the last `start`, once filled (None if it had none)."""

@@ -19,13 +19,12 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. Such a step schedules N+1, processes N (its tokens
-move the matchers), has a helper thread fill N+1's masks (constrain/prefetch.py) while it
-launches N+1's forward, then waits for them, samples and books N+1. Processing N may end
+needs token N, but only at sampling. Such a step processes N first (its tokens move the
+matchers), has a helper thread fill N+1's masks (constrain/prefetch.py) while it launches
+N+1's forward, books N+1 and plans N+2, then samples; the next step launches the planned
+N+2 as it is (an abort of one of its requests is held until then). Processing N may end
 requests of N+1 before N+1 launches: its launch reads their table rows and KV lengths from
-the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever. (The
-scheduler's thread waits for the masks rather than planning N+2 meanwhile: the helper
-gets the GIL back from llguidance only when this thread blocks.)
+the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constrain import GrammarCache, MaskPrefetch
+from ..constrain import GrammarCache, MaskPrefetch, ReadyMasks
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
@@ -74,6 +73,8 @@ class Scheduler:
             overlap = engine.device.type == "cuda" and not off
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
+        self._next: Batch | None = None  # planned by a constrained step, not yet launched
+        self._held_aborts: list[int] = []  # of requests in _next
         self.engine = engine
         self.page_size = engine.page_size
         self.max_context = engine.max_context
@@ -112,6 +113,9 @@ class Scheduler:
         req = self.reqs.get(rid)
         if req is None:
             return
+        if self._next is not None and req in self._next.reqs:
+            self._held_aborts.append(rid)  # planned into the next batch: once it is launched
+            return
         if req.status == ReqStatus.WAITING:
             self.waiting.remove(req)
         elif req in self.prefilling:
@@ -127,12 +131,12 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.reqs) or self._inflight is not None
+        return bool(self.reqs) or self._inflight is not None or self._next is not None
 
     def step(self) -> list[TokenOutput]:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
         outputs: list[TokenOutput] = []
-        batch = self.schedule()
+        batch, self._next = self._next or self.schedule(), None  # planned by the last step?
         ahead = self.overlap and batch is not None and any(
             r.matcher is not None for r in batch.sample_reqs)  # masks filled ahead
         if ahead and done is not None:
@@ -151,12 +155,20 @@ class Scheduler:
 
     def _launch_constrained(self, batch: Batch) -> ForwardOutput:
         """Launches a batch with grammar rows under overlap, the previous batch processed:
-        the masks fill on the helper thread while this thread launches the forward, and
-        the sampler waits for them (module docstring)."""
+        the masks fill on the helper thread while this thread launches the forward, books
+        the batch and plans the next (module docstring)."""
         self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
-        out = self.engine.forward_batch(batch, self.masks_ahead.join)
-        assert not self.masks_ahead.pending, "the sampler never asked for the masks"
-        self._book(batch)
+        asked = False  # the sampler calls masks(): the batch is booked
+
+        def masks() -> ReadyMasks | None:
+            nonlocal asked
+            asked = True
+            self._book(batch)
+            self._next = self.schedule()
+            return self.masks_ahead.join()
+
+        out = self.engine.forward_batch(batch, masks)
+        assert asked, "the sampler never asked for a constrained batch's masks"
         return out
 
     def launch(self, batch: Batch) -> ForwardOutput:
@@ -166,7 +178,8 @@ class Scheduler:
         return out
 
     def _book(self, batch: Batch) -> None:
-        """A launched batch's bookkeeping (see the module docstring)."""
+        """A launched batch's bookkeeping (see the module docstring), then the aborts held
+        back while it was planned but not launched."""
         for req in batch.reqs:
             req.cached_len = req.device_len
         for req in self.prefilling:  # share computed prompt pages with later arrivals
@@ -178,6 +191,9 @@ class Scheduler:
             if req in self.prefilling:
                 self.prefilling.remove(req)
                 self.decode.add(req)
+        held, self._held_aborts = self._held_aborts, []
+        for rid in held:
+            self.abort(rid)
 
     def schedule(self) -> Batch | None:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)

@@ -86,12 +86,12 @@ def test_a_constraint_that_does_not_compile_is_an_invalid_request(
     assert not sched.has_work
 
 
-def test_an_abort_under_overlap_drops_the_token_in_flight_and_frees_once(
+def test_an_abort_of_a_request_planned_ahead_waits_for_its_launch(
     engine_factory: Any, folder: Path
 ) -> None:
-    """Under overlap a constrained request's batch is in flight when it is aborted: its
-    token in flight never comes out, everything it held is freed once, and the other
-    request goes on under its grammar to its end."""
+    """Under overlap a constrained step plans the next batch before it samples (scheduler.py);
+    an abort of a request in that planned batch is held until the batch is launched, then
+    frees everything once, and the other requests go on."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     words = Constraint(ConstraintKind.REGEX, "[a-z]{30,40}")
     msgs = [Generate(rid, _prompt(tokenizer, "Spell a long word."),
@@ -101,14 +101,16 @@ def test_an_abort_under_overlap_drops_the_token_in_flight_and_frees_once(
     for m in msgs:
         assert sched.add_request(m) is None
     outs: dict[int, list[Any]] = {0: [], 1: []}
-    while len(outs[0]) < 3:  # decoding, a batch in flight
+    while sched._next is None:  # the first steps prefill; then decodes are planned ahead
         for o in sched.step():
             outs[o.rid].append(o)
-    assert sched._inflight is not None and 0 in {r.rid for r in sched._inflight[0].reqs}
+    assert 0 in {r.rid for r in sched._next.reqs}
     sched.abort(0)
-    assert 0 not in sched.reqs
+    assert 0 in sched.reqs and sched._held_aborts == [0]  # held: the batch is not launched
     rest = run(sched, [])
-    assert not rest.get(0), rest[0]
+    # Only the token that was in flight when it was aborted comes out, and no finish.
+    assert [o.finish for o in rest[0]] == [None], rest[0]
+    assert 0 not in sched.reqs and not sched._held_aborts
     text = tokenizer.decode(tokens(outs[1] + rest[1]))
     assert re.fullmatch("[a-z]{30,40}", text) and rest[1][-1].finish == "stop", text
     assert_all_free(sched)
