@@ -115,6 +115,7 @@ class LLM:
             self._broadcast([Shutdown()])
             self._ranks.stop(grace_s=30)
             self._ranks = None
+        self.scheduler.shutdown()
         self.engine.shutdown()
         destroy_distributed()
 
@@ -132,9 +133,11 @@ def _follower(options: dict[str, Any], sched: dict[str, Any], addr: str, tp: int
     """Rank `rank` of an LLM's group (a spawned process)."""
     options = {**options, "device": str(_join(options, addr, TPInfo(rank, tp)))}
     engine = Engine(EngineConfig(**options))
+    scheduler = Scheduler(engine, **sched)
     try:
-        follow(Scheduler(engine, **sched), get_comm())
+        follow(scheduler, get_comm())
     finally:
+        scheduler.shutdown()
         engine.shutdown()
         destroy_distributed()
 

@@ -58,6 +58,7 @@ def run_rank(args: argparse.Namespace, addr: str | None, rank: int) -> None:
         finally:
             io.close()
     finally:
+        scheduler.shutdown()
         engine.shutdown()
         destroy_distributed()
 

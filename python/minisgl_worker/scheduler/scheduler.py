@@ -124,6 +124,10 @@ class Scheduler:
             self.decode.remove(req)
         self._end(req, ReqStatus.ABORTED)
 
+    def shutdown(self) -> None:
+        """Stops the grammar masks' helper thread (idle between steps)."""
+        self.masks_ahead.shutdown()
+
     def drop_prefix_cache(self) -> None:
         """Evict every cached prefix (idle only): a benchmark's repetition starts cold."""
         assert not self.has_work

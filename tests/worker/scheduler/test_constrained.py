@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ def test_an_abort_of_a_request_planned_ahead_waits_for_its_launch(
 ) -> None:
     """Under overlap a constrained step plans the next batch before it samples (scheduler.py);
     an abort of a request in that planned batch is held until the batch is launched, then
-    frees everything once, and the other requests go on."""
+    frees everything once, and the other requests go on. Shutting the scheduler down ends
+    the masks' helper thread."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     words = Constraint(ConstraintKind.REGEX, "[a-z]{30,40}")
     msgs = [Generate(rid, _prompt(tokenizer, "Spell a long word."),
@@ -114,3 +116,6 @@ def test_an_abort_of_a_request_planned_ahead_waits_for_its_launch(
     text = tokenizer.decode(tokens(outs[1] + rest[1]))
     assert re.fullmatch("[a-z]{30,40}", text) and rest[1][-1].finish == "stop", text
     assert_all_free(sched)
+    helpers = [t for t in threading.enumerate() if t.name.startswith("grammar-masks")]
+    sched.shutdown()  # its helper thread, started by the steps above, ends
+    assert sum(t.is_alive() for t in helpers) < len(helpers), helpers
