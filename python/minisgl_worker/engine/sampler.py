@@ -13,14 +13,14 @@ the truncation removed still have finite values.
 Fast paths: a batch of plain greedy requests (no penalties, masks or logprobs) is a single
 argmax; on CUDA, a batch whose rows need nothing but temperature and their grammar masks
 (no penalties, bias, min_new_tokens, logprobs or truncation) draws in one Triton pass that
-applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k/top-p needs. Greedy, temperature,
-top-k, top-p, min-p and seeds run without a host sync (sampling without a CUDA sync is what
-lets the overlap loop run ahead); penalties, min_new_tokens masks and logprobs sync. A
-grammar mask needs the request's newest token on the host: under overlap the scheduler
-processes the previous batch before it launches this one and hands over the masks through
-`masks`, which the sampler calls when it needs them (a helper thread fills them while the
-scheduler books this batch and plans its next: constrain/prefetch.py). What the sampler
-reads of a request's progress (its token count) it reads before that call.
+applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k/top-p
+needs. Greedy, temperature, top-k, top-p, min-p and seeds run without a host sync (sampling
+without a CUDA sync is what lets the overlap loop run ahead); penalties, min_new_tokens
+masks and logprobs sync. A grammar mask needs the request's newest token on the host: under
+overlap the scheduler processes the previous batch before it launches this one and hands
+over the masks through `masks`, which the sampler calls when it needs them (a helper thread
+fills them while the scheduler books this batch and plans its next: constrain/prefetch.py).
+What the sampler reads of a request's progress (its token count) it reads before that call.
 """
 
 from __future__ import annotations
