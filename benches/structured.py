@@ -84,7 +84,7 @@ class HostTimer:
         import minisgl_worker.engine.sampler as sampler_module
 
         self.active: str | None = None  # the run being timed
-        names = ["step", "process", "start", "forward", "sample", "plan", "join", "fill",
+        names = ["step", "advance", "process", "start", "forward", "sample", "plan", "join", "fill",
                  "refill", "apply", "fill_begins", "fill_ends", "join_begins"]
         self._step_began = 0.0
         self.names = names
@@ -93,6 +93,8 @@ class HostTimer:
         scheduler, sampler = llm.scheduler, llm.engine.sampler
         scheduler.step = self._timed("step", scheduler.step)
         scheduler.process_results = self._timed("process", scheduler.process_results)
+        if hasattr(scheduler, "_advance_matchers"):
+            scheduler._advance_matchers = self._timed("advance", scheduler._advance_matchers)
         ahead = scheduler.masks_ahead
         ahead.start = self._timed("start", ahead.start)
         ahead.join = self._timed("join", ahead.join)

@@ -19,9 +19,9 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. Such a step processes N first (its tokens move the
-matchers), has a helper thread fill N+1's masks (constrain/prefetch.py) while it launches
-N+1's forward, books N+1 and plans N+2, then samples; the next step launches the planned
+needs token N, but only at sampling. Such a step moves the matchers with N's tokens first,
+has a helper thread fill N+1's masks (constrain/prefetch.py) while it processes the rest of
+N, launches N+1's forward, books N+1 and plans N+2, then samples; the next step launches the planned
 N+2 as it is (an abort of one of its requests is held until then). Processing N may end
 requests of N+1 before N+1 launches: its launch reads their table rows and KV lengths from
 the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
@@ -143,11 +143,17 @@ class Scheduler:
         batch, self._next = self._next or self.schedule(), None  # planned by the last step?
         ahead = self.overlap and batch is not None and any(
             r.matcher is not None for r in batch.sample_reqs)  # masks filled ahead
-        if ahead and done is not None:
-            outputs.extend(self.process_results(*done))  # moves the matchers N+1's masks follow
-            done = None
-        if batch is not None:
-            out = self._launch_constrained(batch) if ahead else self.launch(batch)
+        if ahead:
+            assert batch is not None
+            if done is not None:
+                self._advance_matchers(*done)  # N's tokens: what N+1's masks follow
+            self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
+            if done is not None:
+                outputs.extend(self.process_results(*done))  # beside the fill
+                done = None
+            out = self._launch_constrained(batch)
+        elif batch is not None:
+            out = self.launch(batch)
         if done is not None:
             outputs.extend(self.process_results(*done))
         if batch is not None:
@@ -157,11 +163,19 @@ class Scheduler:
                 outputs.extend(self.process_results(batch, out))
         return outputs
 
+    def _advance_matchers(self, batch: Batch, out: ForwardOutput) -> None:
+        """Moves the matchers of a batch's live constrained requests with its tokens, ahead
+        of the rest of its processing (which then finds them moved: RequestMatcher.advance)."""
+        tokens = out.tokens()
+        for i, req in enumerate(batch.sample_reqs):
+            if req.matcher is not None and req.status not in (ReqStatus.FINISHED,
+                                                              ReqStatus.ABORTED):
+                req.matcher.advance(tokens[i], first_pending(req.output_ids) + 1)
+
     def _launch_constrained(self, batch: Batch) -> ForwardOutput:
-        """Launches a batch with grammar rows under overlap, the previous batch processed:
-        the masks fill on the helper thread while this thread launches the forward, books
-        the batch and plans the next (module docstring)."""
-        self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
+        """Launches a batch with grammar rows under overlap, its masks being filled on the
+        helper thread and the previous batch processed: this thread launches the forward,
+        books the batch and plans the next before it joins the fill (module docstring)."""
         asked = False  # the sampler calls masks(): the batch is booked
 
         def masks() -> ReadyMasks | None:
@@ -245,7 +259,7 @@ class Scheduler:
                 continue
             n = first_pending(req.output_ids) + 1  # this token's 1-based position
             token = req.output_ids[n - 1] = tokens[i]
-            ended = req.matcher is not None and req.matcher.advance(token)
+            ended = req.matcher is not None and req.matcher.advance(token, n)
             finish = "stop" if ended else finish_reason(req, token, n, self.eos_ids,
                                                          self.max_context)
             if n == 1:
