@@ -3,18 +3,22 @@ real model's shape:
 
     python benches/structured.py --model benches/models/qwen3-0.6b --tokenizer DIR
 
-`--requests` (64) requests constrained by a JSON schema against as many unconstrained ones
-of the same lengths (random prompt ids, `--input-len` tokens, exactly `--output-len` output
-tokens: the schema's string field is longer than any output, so no grammar ends early), in
-three timed runs after a warm-up: the unconstrained set alone, the constrained set alone,
-and both together. The schema needs a tokenizer with JSON's punctuation, so the model folder
-is the shape's config.json beside `--tokenizer DIR`'s tokenizer.json (the default model's
-will do: tokens past its vocabulary are masked for constrained rows). Reported: output
-tokens/s per run, constrained over unconstrained alone (target >= 0.8x), what the mixed run
-costs the unconstrained half (its time against the unconstrained set run twice as large:
-target < 5%), the grammar compile time per schema, and the host time of a constrained
-step's parts (HostTimer). Writes $OUT/structured.json when OUT is
-set."""
+`--requests` (64) requests constrained by a JSON schema (random prompt ids of
+`--input-len` tokens, at most `--output-len` output tokens) against as many unconstrained
+ones of the same lengths, in four timed runs after a warm-up: the constrained set alone,
+an unconstrained set generating the lengths the constrained one did, both kinds together
+(the unconstrained half of the same lengths again), and an unconstrained set twice as large
+generating the lengths the mixed run did. `--schema long` (the default) has a string field
+no output fills: every request runs to `--output-len`, every step at a lexer state
+llguidance has not seen (its worst case); `--schema typical` has the fields an extraction
+has, and its grammars end where the model closes them. The schema needs a tokenizer with
+JSON's punctuation, so the model folder is the shape's config.json beside `--tokenizer
+DIR`'s tokenizer.json (the default model's will do: tokens past its vocabulary are masked
+for constrained rows). Reported: output tokens/s per run, constrained over unconstrained
+(target >= 0.8x), what the mixed run costs the unconstrained half (its time against the
+twice as large unconstrained set: target < 5%), the grammar compile time per schema, and
+the host time of a constrained step's parts (HostTimer). Writes $OUT/structured.json when
+OUT is set."""
 
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ import torch
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import Constraint, ConstraintKind, SamplingParams
 
+# The worst case: the long string's `minLength` puts every step at a lexer state llguidance
+# has not seen (it counts characters), and no grammar ends before --output-len.
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -41,6 +47,21 @@ SCHEMA = {
     },
     "required": ["name", "tags", "text"],
 }
+# What an extraction or a tool's arguments look like: its grammars end where the model
+# closes the last field (at most --output-len tokens).
+TYPICAL = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "kind": {"type": "string", "enum": ["book", "film", "album", "game"]},
+        "year": {"type": "integer"},
+        "rating": {"type": "number"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        "summary": {"type": "string"},
+    },
+    "required": ["title", "kind", "year", "rating", "tags", "summary"],
+}
+SCHEMAS = {"long": SCHEMA, "typical": TYPICAL}
 
 
 def model_folder(shape: Path, tokenizer: Path) -> Path:
@@ -55,13 +76,16 @@ def model_folder(shape: Path, tokenizer: Path) -> Path:
     return out
 
 
-def requests(n: int, input_len: int, output_len: int, seed: int,
-             constrained: bool) -> tuple[list[list[int]], list[SamplingParams]]:
+def requests(n: int, input_len: int, lengths: list[int], seed: int, schema: dict | None,
+             ) -> tuple[list[list[int]], list[SamplingParams]]:
+    """n requests of random prompt ids; request k generates lengths[k % len(lengths)]
+    tokens, or fewer where its grammar ends (schema: constrained by it)."""
     rng = random.Random(seed)
     prompts = [[rng.randint(100, 10000) for _ in range(input_len)] for _ in range(n)]
-    constraint = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(SCHEMA)) if constrained else None
-    params = [SamplingParams(temperature=1.0, seed=seed + i, ignore_eos=True,
-                             max_new_tokens=output_len, constraint=constraint) for i in range(n)]
+    constraint = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema)) if schema else None
+    params = [SamplingParams(temperature=1.0, seed=seed + k, ignore_eos=True,
+                             max_new_tokens=lengths[k % len(lengths)], constraint=constraint)
+              for k in range(n)]
     return prompts, params
 
 
@@ -147,7 +171,7 @@ class HostTimer:
 
 
 def profile_host(llm: LLM, label: str, prompts: list[list[int]],
-                 params: list[SamplingParams]) -> None:
+                 params: list[SamplingParams]) -> list[int]:
     """The host functions that a run spends its time in (cProfile of the scheduler's
     thread, by own time, then the worker's functions by cumulative time): with a GPU that
     keeps up, a step is as long as its host work."""
@@ -156,21 +180,26 @@ def profile_host(llm: LLM, label: str, prompts: list[list[int]],
 
     print(f"== host profile: {label}")
     profiler = cProfile.Profile()
-    profiler.runcall(llm.generate, prompts, params)
+    results = profiler.runcall(llm.generate, prompts, params)
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(25)
     stats.sort_stats("cumtime").print_stats("minisgl_worker", 40)
+    return [len(r["token_ids"]) for r in results]
 
 
-def timed_run(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> float:
+def timed_run(llm: LLM, prompts: list[list[int]], params: list[SamplingParams],
+              ) -> tuple[float, list[int]]:
+    """-> seconds, each request's output tokens. Only a grammar ends a request early."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     t = time.perf_counter()
     results = llm.generate(prompts, params)
     seconds = time.perf_counter() - t
     tokens = [len(r["token_ids"]) for r in results]
-    assert tokens == [p.max_new_tokens for p in params], "a request ended early"
-    return seconds
+    for p, r, k in zip(params, results, tokens):
+        assert k == p.max_new_tokens or (p.constraint and r["finish_reason"] == "stop"), \
+            "a request ended early"
+    return seconds, tokens
 
 
 def main() -> None:
@@ -180,10 +209,13 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--schema", choices=sorted(SCHEMAS), default="long",
+                   help="long: a string field no output can fill (every request generates "
+                   "--output-len tokens); typical: fields an extraction has (grammars end)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the engine's)")
     p.add_argument("--profile", action="store_true",
-                   help="after the timed runs, profile the host during one more unconstrained "
-                   "and one more constrained run")
+                   help="after the timed runs, profile the host during one more constrained and "
+                   "one more unconstrained run")
     p.add_argument("--overlap", choices=["on", "off"], default=None,
                    help="force overlap scheduling (default: the scheduler's, on for CUDA)")
     args = p.parse_args()
@@ -193,35 +225,42 @@ def main() -> None:
     if args.overlap:
         llm.scheduler.overlap = args.overlap == "on"
     n, i, o = args.requests, args.input_len, args.output_len
-    free = requests(n, i, o, 0, False)
-    bound = requests(n, i, o, 1, True)
-    both = (free[0] + bound[0], free[1] + bound[1])
-    double = requests(2 * n, i, o, 2, False)
+    schema = SCHEMAS[args.schema]
     # Warm-up: the grammar tokenizer and compile, then a whole unconstrained set (the first
     # run of a batch this size paid ~0.5 s more than the ones after it).
-    llm.generate(*requests(4, 16, 8, 3, True))
-    llm.generate(*requests(n, i, o, 4, False))
+    llm.generate(*requests(4, 16, [8], 3, schema))
+    llm.generate(*requests(n, i, [o], 4, None))
     timer = HostTimer(llm)
-    seconds = {}
-    for name, reqs in [("unconstrained", free), ("constrained", bound), ("mixed", both),
-                       ("unconstrained x2", double)]:
+    seconds, tokens = {}, {}
+
+    def run(name: str, reqs: tuple[list[list[int]], list[SamplingParams]]) -> list[int]:
         timer.active = name if name in ("unconstrained", "constrained") else None
-        seconds[name] = timed_run(llm, *reqs)
-    timer.active = None
+        seconds[name], lengths = timed_run(llm, *reqs)
+        timer.active = None
+        tokens[name] = sum(lengths)
+        return lengths
+
+    # Each unconstrained run generates the lengths of the constrained run before it.
+    lengths = run("constrained", requests(n, i, [o], 1, schema))
+    run("unconstrained", requests(n, i, lengths, 0, None))
+    free, bound = requests(n, i, lengths, 2, None), requests(n, i, [o], 5, schema)
+    lengths = run("mixed", (free[0] + bound[0], free[1] + bound[1]))
+    run("unconstrained x2", requests(2 * n, i, lengths, 6, None))
     if args.profile:
-        profile_host(llm, "unconstrained", *requests(n, i, o, 5, False))
-        profile_host(llm, "constrained", *requests(n, i, o, 5, True))
+        lengths = profile_host(llm, "constrained", *requests(n, i, [o], 7, schema))
+        profile_host(llm, "unconstrained", *requests(n, i, lengths, 8, None))
     grammars = llm.scheduler.grammars  # its tokenizer was built by the warm-up's compile
     before, count = grammars.compile_seconds, grammars.num_compiled
     for k in range(8):  # distinct schemas: each compiles once
         grammars.matcher(Constraint(ConstraintKind.JSON_SCHEMA,
-                                    json.dumps({**SCHEMA, "title": f"schema {k}"})))
+                                    json.dumps({**schema, "title": f"schema {k}"})))
     compile_ms = 1e3 * (grammars.compile_seconds - before) / (grammars.num_compiled - count)
     result = {
-        "model": Path(args.model).name, "requests": n, "input_len": i, "output_len": o,
+        "model": Path(args.model).name, "schema": args.schema, "requests": n,
+        "input_len": i, "output_len": o,
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
-        "tok_s": {k: round((2 if k in ("mixed", "unconstrained x2") else 1) * n * o / v, 1)
-                  for k, v in seconds.items()},
+        "output_tokens": tokens,
+        "tok_s": {k: round(tokens[k] / v, 1) for k, v in seconds.items()},
         "constrained_vs_unconstrained": round(seconds["unconstrained"] / seconds["constrained"], 3),
         "mixed_vs_unconstrained_x2": round(seconds["mixed"] / seconds["unconstrained x2"], 3),
         "compile_ms_per_schema": round(compile_ms, 2),
@@ -230,9 +269,9 @@ def main() -> None:
         "host_steps": timer.steps,
     }
     print(json.dumps(result))
-    print("| run | s | output tok/s |\n| --- | ---: | ---: |")
+    print("| run | s | output tokens | tok/s |\n| --- | ---: | ---: | ---: |")
     for k, v in seconds.items():
-        print(f"| {k} | {v:.3f} | {result['tok_s'][k]:,.0f} |")
+        print(f"| {k} | {v:.3f} | {tokens[k]} | {result['tok_s'][k]:,.0f} |")
     print(f"constrained / unconstrained throughput: {result['constrained_vs_unconstrained']}x; "
           f"mixed / unconstrained x2 time: {result['mixed_vs_unconstrained_x2']}x; compile "
           f"{result['compile_ms_per_schema']} ms a schema; overlap {result['overlap']}")
