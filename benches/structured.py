@@ -106,6 +106,7 @@ class HostTimer:
     def __init__(self, llm: LLM) -> None:
         import minisgl_worker.constrain.mask as mask_module
         import minisgl_worker.engine.sampler as sampler_module
+        import minisgl_worker.scheduler.scheduler as scheduler_module
 
         self.active: str | None = None  # the run being timed
         names = ["step", "advance", "process", "start", "forward", "sample", "plan", "join", "fill",
@@ -117,8 +118,9 @@ class HostTimer:
         scheduler, sampler = llm.scheduler, llm.engine.sampler
         scheduler.step = self._timed("step", scheduler.step)
         scheduler.process_results = self._timed("process", scheduler.process_results)
-        if hasattr(scheduler, "_advance_matchers"):
-            scheduler._advance_matchers = self._timed("advance", scheduler._advance_matchers)
+        if hasattr(scheduler_module, "advance_matchers"):  # trees that move them first
+            scheduler_module.advance_matchers = self._timed(
+                "advance", scheduler_module.advance_matchers)
         ahead = scheduler.masks_ahead
         ahead.start = self._timed("start", ahead.start)
         ahead.join = self._timed("join", ahead.join)

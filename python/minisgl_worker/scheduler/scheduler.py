@@ -47,7 +47,7 @@ from .batch import build_batch
 from .budget import GpuPeak, StepBudget, derive
 from .cache import CacheManager
 from .decode import DecodeManager
-from .finish import finish_reason, surely_done
+from .finish import advance_matchers, finish_reason, surely_done
 from .prefill import PrefillAdder
 from .table import TableManager
 
@@ -141,17 +141,9 @@ class Scheduler:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
         outputs: list[TokenOutput] = []
         batch, self._next = self._next or self.schedule(), None  # planned by the last step?
-        ahead = self.overlap and batch is not None and any(
-            r.matcher is not None for r in batch.sample_reqs)  # masks filled ahead
-        if ahead:
-            assert batch is not None
-            if done is not None:
-                self._advance_matchers(*done)  # N's tokens: what N+1's masks follow
-            self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
-            if done is not None:
-                outputs.extend(self.process_results(*done))  # beside the fill
-                done = None
-            out = self._launch_constrained(batch)
+        if batch is not None and self.overlap and any(
+                r.matcher is not None for r in batch.sample_reqs):  # masks filled ahead
+            (out, outputs), done = self._launch_constrained(batch, done), None
         elif batch is not None:
             out = self.launch(batch)
         if done is not None:
@@ -163,19 +155,16 @@ class Scheduler:
                 outputs.extend(self.process_results(batch, out))
         return outputs
 
-    def _advance_matchers(self, batch: Batch, out: ForwardOutput) -> None:
-        """Moves the matchers of a batch's live constrained requests with its tokens, ahead
-        of the rest of its processing (which then finds them moved: RequestMatcher.advance)."""
-        tokens = out.tokens()
-        for i, req in enumerate(batch.sample_reqs):
-            if req.matcher is not None and req.status not in (ReqStatus.FINISHED,
-                                                              ReqStatus.ABORTED):
-                req.matcher.advance(tokens[i], first_pending(req.output_ids) + 1)
-
-    def _launch_constrained(self, batch: Batch) -> ForwardOutput:
-        """Launches a batch with grammar rows under overlap, its masks being filled on the
-        helper thread and the previous batch processed: this thread launches the forward,
-        books the batch and plans the next before it joins the fill (module docstring)."""
+    def _launch_constrained(self, batch: Batch, done: tuple[Batch, ForwardOutput] | None,
+                            ) -> tuple[ForwardOutput, list[TokenOutput]]:
+        """Launches a batch with grammar rows under overlap -> its output and the last
+        batch's (`done`) results. The last batch's tokens move the matchers, then the masks
+        fill on the helper thread while this thread processes the rest of that batch,
+        launches the forward, books the batch and plans the next (module docstring)."""
+        if done is not None:
+            advance_matchers(done[0].sample_reqs, done[1].tokens())
+        self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
+        outputs = self.process_results(*done) if done is not None else []
         asked = False  # the sampler calls masks(): the batch is booked
 
         def masks() -> ReadyMasks | None:
@@ -187,7 +176,7 @@ class Scheduler:
 
         out = self.engine.forward_batch(batch, masks)
         assert asked, "the sampler never asked for a constrained batch's masks"
-        return out
+        return out, outputs
 
     def launch(self, batch: Batch) -> ForwardOutput:
         """Run the batch on the engine (without waiting on CUDA) and book it."""

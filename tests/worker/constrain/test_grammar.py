@@ -77,6 +77,23 @@ def test_a_choice_ends_without_eos_and_escapes_quotes(
     assert _walk(matcher, ids)[-1] is True  # nothing can follow: the grammar has ended
 
 
+def test_advancing_to_a_position_twice_takes_the_token_once(
+    grammars: GrammarCache, tokenizer: Tokenizer
+) -> None:
+    """A constrained step moves the matchers before it processes the rest of the batch,
+    which asks again with the same position (scheduler.py): the second call only answers."""
+    matcher = RequestMatcher(grammars.matcher(Constraint(ConstraintKind.CHOICE,
+                                                         json.dumps(["no", "nope"]))))
+    ids = tokenizer.encode("no", add_special_tokens=False).ids
+    assert len(ids) == 1
+    once = RequestMatcher(matcher.llmatcher.deep_copy())
+    assert not matcher.advance(ids[0], 1) and not once.advance(ids[0])  # "nope" may follow
+    assert not matcher.advance(ids[0], 1)
+    assert matcher.num_tokens == 1 and _allowed(matcher) == _allowed(once)  # taken once
+    with pytest.raises(AssertionError):
+        matcher.advance(ids[0], 3)  # a position skipped
+
+
 def test_regex_lark_and_gbnf_compile_and_constrain(grammars: GrammarCache) -> None:
     for kind, source in [(ConstraintKind.REGEX, "[0-9]+"), (ConstraintKind.LARK, 'start: /[0-9]+/'),
                          (ConstraintKind.EBNF, 'root ::= [0-9]+')]:
