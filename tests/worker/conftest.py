@@ -46,6 +46,21 @@ def save_tiny_model(path: Path, arch: str = "llama", **overrides: Any) -> Any:
     return model
 
 
+def save_byte_tokenizer(path: Path) -> None:
+    """A tokenizer.json whose 256 ids are the 256 bytes (GPT-2's byte-level alphabet, no
+    merges), for grammars on the tiny models (their vocabulary is 256)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    rest = [b for b in range(256) if b not in printable]  # mapped past 255, in order
+    chars = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(rest)}
+    tokenizer = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(256)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.save(str(path / "tokenizer.json"))
+
+
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     """Llama with llama3 RoPE scaling (the scaling matters past 32 positions)."""

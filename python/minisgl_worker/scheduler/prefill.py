@@ -14,7 +14,11 @@ It keeps its place in the queue; requests behind it may still be admitted."""
 
 from __future__ import annotations
 
-from ..core import Req, ReqStatus
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..core import PENDING_TOKEN, Req, ReqStatus
 from .cache import CacheManager
 from .table import TableManager
 
@@ -32,6 +36,20 @@ class PrefillAdder:
         self.added: list[Req] = []
         self._computing: set[tuple[int, tuple[int, ...]]] = set()  # (start, next tokens)
         self._sharing = cache.prefix_cache.shares_prefixes
+
+    def add_from(self, queue: Iterable[Req]) -> list[np.ndarray]:
+        """Admits what fits from `queue` (partial prefills first, then the waiting queue),
+        in order -> the new KV slots of each request added."""
+        locs = []
+        for req in queue:
+            if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
+                break  # retracted while its last token was in flight: next step
+            if self.defers(req):
+                continue  # its prefix is computed in this batch: reuse it next step
+            if not self.try_add(req):
+                break
+            locs.append(self.cache.extend(req, req.device_len))
+        return locs
 
     def defers(self, req: Req) -> bool:
         """Whether a new request should wait a step for a prefix this step computes. False

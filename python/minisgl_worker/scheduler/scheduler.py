@@ -18,13 +18,14 @@ one. What makes that possible:
   dropped. Aborts free the same way.
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
-Constrained requests (a grammar, constrain/) keep the overlap: their mask for token N+1
-needs token N, but only at sampling. Such a step moves the matchers with N's tokens first,
-has a helper thread fill N+1's masks (constrain/prefetch.py) while it processes the rest of
-N, launches N+1's forward, books N+1 and plans N+2, then samples; the next step launches the planned
-N+2 as it is (an abort of one of its requests is held until then). Processing N may end
-requests of N+1 before N+1 launches: its launch reads their table rows and KV lengths from
-the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
+Constrained requests (a grammar, constrain/): a row's mask for token N+1 needs token N on
+the host. Beside unconstrained decodes a grammar row takes every other step (turns.py).
+Grammar rows alone take every step: such a step moves the matchers with N's tokens, has a
+helper thread fill N+1's masks (constrain/prefetch.py) while it processes the rest of N,
+launches N+1, books it and plans N+2, then samples; the next step launches the planned N+2
+as it is (an abort of one of its requests is held until then). Processing N may end
+requests of N+1 before N+1 launches: N+1's launch reads their table rows and KV lengths
+from the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -47,9 +48,10 @@ from .batch import build_batch
 from .budget import GpuPeak, StepBudget, derive
 from .cache import CacheManager
 from .decode import DecodeManager
-from .finish import advance_matchers, finish_reason, surely_done
+from .finish import advance_matchers, finish_reason
 from .prefill import PrefillAdder
 from .table import TableManager
+from .turns import in_flight_grammar, next_decodes
 
 logger = logging.getLogger(__name__)
 
@@ -142,12 +144,16 @@ class Scheduler:
         outputs: list[TokenOutput] = []
         batch, self._next = self._next or self.schedule(), None  # planned by the last step?
         if batch is not None and self.overlap and any(
-                r.matcher is not None for r in batch.sample_reqs):  # masks filled ahead
+                in_flight_grammar(r) for r in batch.sample_reqs):  # grammar rows alone
             (out, outputs), done = self._launch_constrained(batch, done), None
         elif batch is not None:
             out = self.launch(batch)
         if done is not None:
+            self.masks_ahead.join()  # the matchers move only while no fill reads them
             outputs.extend(self.process_results(*done))
+            if self.overlap:  # the next batch's grammar rows: their masks fill meanwhile
+                self.masks_ahead.start([r.matcher for r in next_decodes(
+                    self.decode.reqs, True, self.max_context) if not in_flight_grammar(r)])
         if batch is not None:
             if self.overlap:
                 self._inflight = (batch, out)
@@ -161,6 +167,7 @@ class Scheduler:
         batch's (`done`) results. The last batch's tokens move the matchers, then the masks
         fill on the helper thread while this thread processes the rest of that batch,
         launches the forward, books the batch and plans the next (module docstring)."""
+        self.masks_ahead.join()  # one filled for a batch beside unconstrained rows
         if done is not None:
             advance_matchers(done[0].sample_reqs, done[1].tokens())
         self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
@@ -179,8 +186,9 @@ class Scheduler:
         return out, outputs
 
     def launch(self, batch: Batch) -> ForwardOutput:
-        """Run the batch on the engine (without waiting on CUDA) and book it."""
-        out = self.engine.forward_batch(batch)
+        """Run the batch on the engine (without waiting on CUDA) and book it; its grammar
+        rows take the masks filled ahead where they were (`step`)."""
+        out = self.engine.forward_batch(batch, self.masks_ahead.join)
         self._book(batch)
         return out
 
@@ -206,22 +214,14 @@ class Scheduler:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)
         if retracted:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
-        # Skip decodes whose pending token surely ends them (no wasted step for those).
-        decodes = [r for r in self.decode.reqs if not surely_done(r, self.max_context)]
+        decodes = next_decodes(self.decode.reqs, self.overlap, self.max_context)  # turns.py
         locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len
             locs.append(self.cache.extend(req, req.device_len))
         budget = self.budget.prompt_tokens(len(decodes))
         adder = PrefillAdder(budget, self.table, self.cache, len(decodes))
-        for req in [*self.prefilling, *self.waiting]:
-            if req.output_ids and req.output_ids[-1] == PENDING_TOKEN:
-                break  # retracted while its last token was in flight: next step
-            if adder.defers(req):
-                continue  # its prefix is computed in this batch: reuse it next step
-            if not adder.try_add(req):
-                break
-            locs.append(self.cache.extend(req, req.device_len))
+        locs += adder.add_from([*self.prefilling, *self.waiting])
         if not decodes and not adder.added and self.prefilling:
             # Partial prefills hold the whole pool and none can grow: give one back.
             logger.warning("KV pool full of partial prefills: retracting rid %d",

@@ -119,3 +119,55 @@ def test_an_abort_of_a_request_planned_ahead_waits_for_its_launch(
     helpers = [t for t in threading.enumerate() if t.name.startswith("grammar-masks")]
     sched.shutdown()  # its helper thread, started by the steps above, ends
     assert sum(t.is_alive() for t in helpers) < len(helpers), helpers
+
+
+def test_beside_unconstrained_decodes_grammar_rows_take_every_other_step(
+    engine_factory: Any, folder: Path
+) -> None:
+    """Under overlap a grammar row's newest token reaches the host only after the next batch
+    is launched (scheduler/turns.py): beside unconstrained decodes it sits that batch out,
+    so the unconstrained rows take every step and the grammar rows every other, with
+    their masks filled ahead (none filled by the sampler on the spot); once alone, the
+    grammar rows take every step again. The tokens are those of overlap off."""
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    words = Constraint(ConstraintKind.REGEX, "[a-z]{30,40}")
+    msgs = [Generate(0, _prompt(tokenizer, "Count to ten."),
+                     SamplingParams(max_new_tokens=16, ignore_eos=True)),
+            Generate(1, _prompt(tokenizer, "Spell a long word."),
+                     SamplingParams(temperature=1.0, seed=1, max_new_tokens=50,
+                                    constraint=words))]
+    results = []
+    for overlap in (False, True):
+        sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=overlap)
+        batches: list[set[int]] = []  # each batch's sampling rids
+        on_the_spot: list[int] = []  # grammar rows the sampler filled itself, per batch
+        forward, prepare = sched.engine.forward_batch, sched.engine.sampler._masks.prepare
+
+        def recorded(batch: Any, *args: Any, forward: Any = forward,
+                     batches: list[set[int]] = batches) -> Any:
+            batches.append({r.rid for r in batch.sample_reqs})
+            return forward(batch, *args)
+
+        def counted(*args: Any, prepare: Any = prepare, on_the_spot: list[int] = on_the_spot,
+                    ) -> Any:
+            job = prepare(*args)
+            on_the_spot.append(len(job.missing))
+            return job
+
+        sched.engine.forward_batch = recorded  # type: ignore[method-assign]
+        sched.engine.sampler._masks.prepare = counted  # type: ignore[method-assign]
+        outs = run(sched, msgs)
+        results.append({rid: tokens(o) for rid, o in outs.items()})
+        assert_all_free(sched)
+        sched.shutdown()
+    assert results[0] == results[1]
+    text = tokenizer.decode(results[1][1])
+    assert len(results[1][0]) == 16 and re.fullmatch("[a-z]{30,40}", text), text
+    assert len(results[1][1]) > 9  # it outlasts rid 0 (8 tokens beside it)
+    decoding = batches[1:16]  # both prefilled in the first batch; rid 0 ends with the 16th
+    assert all(0 in b for b in decoding), batches
+    assert [1 in b for b in decoding] == [i % 2 == 1 for i in range(15)], batches
+    # Alone, every step (the last one's token dropped: its grammar had ended).
+    assert batches[16:] == [{1}] * (len(results[1][1]) - 8 + 1), batches
+    # Only the first token's mask (sampled by the prefill) was the sampler's to fill.
+    assert on_the_spot[0] == 1 and not any(on_the_spot[1:]), on_the_spot

@@ -4,27 +4,37 @@ scheduling (forced on here; CUDA's default):
   check and each running request's row of the page table against its pages;
 - every request not aborted gets exactly its max_new_tokens tokens, the last one marked
   "length", and an aborted one none after its abort, however often the pool ran out and
-  retracted it;
+  retracted it; a constrained one (a regex no output here can finish, over the models' byte
+  tokens) only tokens its grammar allows, however often it sat a step out (turns.py);
 - once every request has ended, every page is free or evictable and every slot is free.
 Prompts share prefixes so that the radix cache matches, splits and evicts under load."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from minisgl_worker.protocol import Generate, SamplingParams, TokenOutput
+from minisgl_worker.protocol import (
+    Constraint,
+    ConstraintKind,
+    Generate,
+    SamplingParams,
+    TokenOutput,
+)
 from minisgl_worker.scheduler import Scheduler
 
-from ..conftest import LLAMA3_ROPE, open_mixed_gate, save_tiny_model
+from ..conftest import LLAMA3_ROPE, open_mixed_gate, save_byte_tokenizer, save_tiny_model
 
 SHARED = [(7 * i) % 250 + 3 for i in range(30)]
+LETTERS = Constraint(ConstraintKind.REGEX, "[a-z]{10,20}")  # byte tokens: 10 at least
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("generate"), st.integers(1, 30), st.integers(1, 6)),
+        st.tuples(st.just("constrained"), st.integers(1, 30), st.integers(1, 6)),
         st.tuples(st.just("abort"), st.integers(0, 12), st.just(0)),
         st.tuples(st.just("step"), st.just(0), st.just(0)),
     ),
@@ -39,15 +49,25 @@ COMMON = {  # the scheduler's settings, drawn for each example
 }
 
 
+@pytest.fixture(scope="module")
+def byte_llama(tiny_llama: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama beside a byte-level tokenizer (grammars need one)."""
+    path = tmp_path_factory.mktemp("byte-llama")
+    for f in tiny_llama[0].iterdir():
+        shutil.copy(f, path)
+    save_byte_tokenizer(path)
+    return path
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, overlap=st.booleans(), **COMMON)
 def test_random_traffic_keeps_the_books(
-    engine_factory: Any, tiny_llama: tuple[Path, Any], ops: list[tuple[str, int, int]],
+    engine_factory: Any, byte_llama: Path, ops: list[tuple[str, int, int]],
     page_size: int, chunk: int, cache: str, policy: str, mixed: int | None, steps: int | None,
     overlap: bool,
 ) -> None:
-    engine = engine_factory(tiny_llama[0], kv_tokens=64, page_size=page_size, max_running=3)
+    engine = engine_factory(byte_llama, kv_tokens=64, page_size=page_size, max_running=3)
     drive(Scheduler(engine, chunk_size=chunk, prefix_cache=cache, policy=policy,
                     mixed_chunk_size=mixed, mixed_step_tokens=steps, overlap=overlap), ops)
 
@@ -56,6 +76,7 @@ def test_random_traffic_keeps_the_books(
 def cuda_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cuda-llama")  # head_dim 64: FlashInfer has no 16
     save_tiny_model(path, hidden_size=256, rope_scaling=LLAMA3_ROPE)
+    save_byte_tokenizer(path)
     return path
 
 
@@ -85,6 +106,7 @@ def test_random_traffic_keeps_the_books_on_cuda(
 def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
     """Run the ops, then every request to its end, checking the books after each one."""
     wanted: dict[int, int] = {}  # rid -> max_new_tokens, for the requests not aborted
+    letters: set[int] = set()  # the constrained ones
     got: dict[int, list[TokenOutput]] = {}
 
     def step() -> None:
@@ -97,11 +119,14 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
 
     rid = 0
     for op, a, b in ops:
-        if op == "generate":
+        if op in ("generate", "constrained"):
             prompt = SHARED[:a] + [rid % 3 + 3] * (rid % 4)
-            sp = SamplingParams(max_new_tokens=b, ignore_eos=True)
+            grammar = LETTERS if op == "constrained" else None
+            sp = SamplingParams(max_new_tokens=b, ignore_eos=True, constraint=grammar)
             assert sched.add_request(Generate(rid, prompt, sp)) is None
             wanted[rid] = b
+            if grammar is not None:
+                letters.add(rid)
             rid += 1
         elif op == "abort":
             if a in sched.reqs:
@@ -116,6 +141,7 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
     for r, n in wanted.items():
         outs = got.get(r, [])
         assert [o.finish for o in outs] == [None] * (n - 1) + ["length"], (r, n, outs)
+        assert r not in letters or all(ord("a") <= o.token <= ord("z") for o in outs), outs
     sizes = sched.cache.prefix_cache.sizes()
     assert sizes.protected_pages == 0
     assert sched.allocator.num_free + sizes.evictable_pages == sched.allocator.num_pages
