@@ -151,7 +151,8 @@ class Scheduler:
         if done is not None:
             self.masks_ahead.join()  # the matchers move only while no fill reads them
             outputs.extend(self.process_results(*done))
-            if self.overlap:  # the next batch's grammar rows: their masks fill meanwhile
+            # The next batch's grammar rows have their tokens now: their masks fill meanwhile.
+            if self.overlap and any(r.matcher is not None for r in self.decode.reqs):
                 self.masks_ahead.start([r.matcher for r in next_decodes(
                     self.decode.reqs, True, self.max_context) if not in_flight_grammar(r)])
         if batch is not None:

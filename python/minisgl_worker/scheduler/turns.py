@@ -18,7 +18,8 @@ from .finish import surely_done
 def next_decodes(decodes: list[Req], overlap: bool, max_context: int) -> list[Req]:
     """The decodes the next batch takes, in order."""
     live = [r for r in decodes if not surely_done(r, max_context)]
-    if overlap and any(r.matcher is None for r in live):
+    grammars = [r.matcher is not None for r in live]
+    if overlap and any(grammars) and not all(grammars):
         live = [r for r in live if not in_flight_grammar(r)]
     return live
 
