@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..constrain import MaskFiller, ReadyMasks, apply_bitmask
-from ..core import PENDING_TOKEN, Req
+from ..core import PENDING_TOKEN, Req, ReqStatus
 from ..transfer import to_device, to_device_packed, upload
 
 
@@ -134,7 +134,8 @@ class Sampler:
             return None
         ready = masks() if masks is not None else None
         for req, count in zip(reqs, counts):  # each mask must follow the newest token
-            assert req.matcher is None or req.matcher.num_tokens == count, (req, count)
+            assert (req.matcher is None or req.matcher.num_tokens == count
+                    or req.status is ReqStatus.ABORTED), (req, count)  # aborted: dropped
         return self._masks.fill([r.matcher for r in reqs], vocab, ready)
 
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:

@@ -23,9 +23,9 @@ the host. Beside unconstrained decodes a grammar row takes every other step (tur
 Grammar rows alone take every step: such a step moves the matchers with N's tokens, has a
 helper thread fill N+1's masks (constrain/prefetch.py) while it processes the rest of N,
 launches N+1, books it and plans N+2, then samples; the next step launches the planned N+2
-as it is (an abort of one of its requests is held until then). Processing N may end
-requests of N+1 before N+1 launches: N+1's launch reads their table rows and KV lengths
-from the batch (Batch.table_rows, kv_lens), and their tokens are dropped as ever.
+as it is. Processing N (or an abort) may end requests of the batch to launch next: its
+launch reads their table rows and KV lengths from the batch (Batch.table_rows, kv_lens),
+and their tokens are dropped as ever.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -76,7 +76,6 @@ class Scheduler:
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
         self._next: Batch | None = None  # planned by a constrained step, not yet launched
-        self._held_aborts: list[int] = []  # of requests in _next
         self.engine = engine
         self.page_size = engine.page_size
         self.max_context = engine.max_context
@@ -114,9 +113,6 @@ class Scheduler:
         """Forget the request and free what it holds; unknown or finished rids are a no-op."""
         req = self.reqs.get(rid)
         if req is None:
-            return
-        if self._next is not None and req in self._next.reqs:
-            self._held_aborts.append(rid)  # planned into the next batch: once it is launched
             return
         if req.status == ReqStatus.WAITING:
             self.waiting.remove(req)
@@ -194,8 +190,7 @@ class Scheduler:
         return out
 
     def _book(self, batch: Batch) -> None:
-        """A launched batch's bookkeeping (see the module docstring), then the aborts held
-        back while it was planned but not launched."""
+        """A launched batch's bookkeeping (see the module docstring)."""
         for req in batch.reqs:
             req.cached_len = req.device_len
         for req in self.prefilling:  # share computed prompt pages with later arrivals
@@ -207,9 +202,6 @@ class Scheduler:
             if req in self.prefilling:
                 self.prefilling.remove(req)
                 self.decode.add(req)
-        held, self._held_aborts = self._held_aborts, []
-        for rid in held:
-            self.abort(rid)
 
     def schedule(self) -> Batch | None:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)

@@ -59,7 +59,7 @@ def byte_llama(tiny_llama: tuple[Path, Any], tmp_path_factory: pytest.TempPathFa
     return path
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, overlap=st.booleans(), **COMMON)
 def test_random_traffic_keeps_the_books(
