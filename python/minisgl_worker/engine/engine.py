@@ -104,24 +104,34 @@ class Engine:
         self.token_pool = torch.zeros(self.max_running, dtype=torch.long, device=device)
         self.ctx = Context(self.attn_backend)
         set_global_ctx(self.ctx)
-        self.runners: dict[RouteKind, Runner] = {
+        self.runners = self._runners(stages)
+        self._log_ready()
+
+    def _runners(self, stages: Stages) -> dict[RouteKind, Runner]:
+        """The eager runner, and the CUDA graphs the route table sizes (captured here)."""
+        sizes = self.routes.sizes
+        runners: dict[RouteKind, Runner] = {
             RouteKind.EAGER: Eager(self.model, self.attn_backend, self.ctx)}
         if sizes.any:
             assert isinstance(self.attn_backend, GraphAttnBackend)
-            self.runners |= capture_graphs(
+            runners |= capture_graphs(
                 self.model, self.attn_backend, self.ctx, sizes,
                 self.kv_pool.dummy_page * self.page_size, -(-self.max_context // self.page_size),
-                device)
+                self.device)
             stages.done("CUDA graphs captured")
+        return runners
+
+    def _log_ready(self) -> None:
+        sizes, pool = self.routes.sizes, self.kv_pool
         logger.info(
             "engine ready: %s on %s (%s, %s attention, %s GEMMs, CUDA graphs: decode to batch "
             "%d, piecewise %s, mixed-step to %d tokens), KV %d tokens of %s (%d pages of %d), "
-            "max_context %d", self.model_name, device, str(self.dtype).removeprefix("torch."),
+            "max_context %d", self.model_name, self.device, str(self.dtype).removeprefix("torch."),
             type(self.attn_backend).__name__, "tuned" if self.kernels.gemm else "cuBLAS",
             sizes.decode[-1] if sizes.decode else 0,
             f"{sizes.pieces[0]}..{sizes.pieces[-1]}" if sizes.pieces else "none",
-            sizes.mixed[-1] if sizes.mixed else 0, self.kv_pool.num_slots,
-            str(self.kv_dtype).removeprefix("torch."), num_pages,
+            sizes.mixed[-1] if sizes.mixed else 0, pool.num_slots,
+            str(self.kv_dtype).removeprefix("torch."), pool.num_pages,
             self.page_size, self.max_context)
 
     def _num_pages(self) -> int:
