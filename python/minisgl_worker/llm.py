@@ -28,20 +28,23 @@ class LLM:
     def __init__(
         self, model_path: str | Path, chunk_size: int = 8192, cache: str = "radix",
         policy: str | None = None, mixed_chunk_size: int | None = None,
-        mixed_step_tokens: int | None = None, tp: int = 1, **engine_options: Any,
+        mixed_step_tokens: int | None = None, tp: int = 1, overlap: bool | None = None,
+        **engine_options: Any,
     ):
         """cache: the prefix cache, "radix" or "naive"; policy, mixed_chunk_size and
         mixed_step_tokens: the scheduler's queue order and step budgets, None = derived for a
         batch job from the model and the GPU (scheduler/budget.py);
-        tp: tensor-parallel ranks (GPUs 0..tp-1 on CUDA). engine_options are EngineConfig
-        fields: device, dtype, page_size, max_running, kv_tokens, load_format, ..."""
+        tp: tensor-parallel ranks (GPUs 0..tp-1 on CUDA); overlap: overlap scheduling on
+        every rank, None = the scheduler's default (on for CUDA). engine_options are
+        EngineConfig fields: device, dtype, page_size, max_running, kv_tokens, load_format,
+        ..."""
         assert tp >= 1, f"tp must be >= 1; got {tp}"
         self.model_path = Path(model_path)
         options = dict(model_path=str(model_path), chunk_size=chunk_size, **engine_options)
         sched: dict[str, Any] = {
             "chunk_size": chunk_size, "prefix_cache": cache, "policy": policy,
             "mixed_chunk_size": mixed_chunk_size, "mixed_step_tokens": mixed_step_tokens,
-            "offline": True}
+            "offline": True, "overlap": overlap}
         self._ranks: LocalRanks | None = None
         if tp > 1:
             addr = free_addr()

@@ -7,13 +7,14 @@ that sampled its own token would put another token's embedding into the shared s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from minisgl_worker.llm import LLM
-from minisgl_worker.protocol import SamplingParams
+from minisgl_worker.protocol import Constraint, ConstraintKind, SamplingParams
 
-from .conftest import save_tiny_model
+from .conftest import save_byte_tokenizer, save_tiny_model
 
 PROMPTS = [[5, 6, 7, 8, 9], [100, 3], [(7 * i) % 250 + 3 for i in range(40)]]
 
@@ -45,3 +46,35 @@ def test_tp2_matches_transformers(tmp_path: Path, kv_heads: int, vocab: int) -> 
         assert res["cached_tokens"] == 0
         want = _reference_logprobs(ref, prompt, res["token_ids"])
         torch.testing.assert_close(res["logprobs"], want, atol=1e-3, rtol=1e-3)
+
+
+def test_tp2_grammar_rows_under_overlap_keep_the_ranks_together(tmp_path: Path) -> None:
+    """Constrained and unconstrained requests at tp 2 with overlap scheduling forced on:
+    every rank runs the same turns (grammar rows every other step beside unconstrained
+    decodes, scheduler/turns.py; alone, every step with the batch planned ahead) and fills
+    the same masks, so the group ends and answers what one rank without overlap does:
+    the grammar's letters only, the free requests' greedy tokens."""
+    save_tiny_model(tmp_path)
+    save_byte_tokenizer(tmp_path)
+    letters = Constraint(ConstraintKind.REGEX, "[a-z]{20,30}")  # byte tokens: 20 at least
+    params = [SamplingParams(max_new_tokens=8, ignore_eos=True),
+              SamplingParams(max_new_tokens=16, constraint=letters),
+              SamplingParams(max_new_tokens=4, ignore_eos=True)]
+    results, batches = [], []  # batches: rank 0's, as the sets of rids that sample
+    for tp, overlap in ((2, True), (1, False)):
+        llm = LLM(tmp_path, tp=tp, overlap=overlap, device="cpu", kv_tokens=1024, page_size=2)
+        forward = llm.engine.forward_batch
+
+        def recorded(batch: Any, *args: Any, forward: Any = forward) -> Any:
+            batches.append({r.rid for r in batch.sample_reqs})
+            return forward(batch, *args)
+
+        if tp == 2:
+            llm.engine.forward_batch = recorded  # type: ignore[method-assign]
+        try:
+            results.append([r["token_ids"] for r in llm.generate(PROMPTS, params)])
+        finally:
+            llm.shutdown()
+    assert results[0] == results[1]
+    assert {0} in batches and {0, 1} in batches and {1} in batches, batches  # all three turns
+    assert len(results[0][1]) == 16 and all(ord("a") <= t <= ord("z") for t in results[0][1])
