@@ -74,6 +74,7 @@ class MaskPrefetch:
         finally:
             sys.setswitchinterval(self._interval)
         job, self._job = self._job, None
+        assert job is not None
         return ReadyMasks({m: (j, m.num_tokens) for j, m in enumerate(job.matchers)},
                           job.bitmask)
 

@@ -34,7 +34,7 @@ import torch
 
 from ..constrain import MaskFiller, ReadyMasks, apply_bitmask
 from ..core import PENDING_TOKEN, Req, ReqStatus
-from ..transfer import to_device, to_device_packed, upload
+from ..transfer import HostValues, to_device, to_device_packed, upload
 
 
 class SampleOutput(NamedTuple):
@@ -194,7 +194,7 @@ class Sampler:
         n = len(reqs)
         temps32 = np.zeros(n + n % 2, dtype=np.float32)
         temps32[:n] = temps
-        arrays = [seeds, temps32.view(np.int64)]
+        arrays: list[HostValues] = [seeds, temps32.view(np.int64)]
         if grammar is not None and grammar[0]:
             mask_rows = np.full(n, -1, dtype=np.int64)  # each row's bitmask row, -1: none
             mask_rows[grammar[0]] = np.arange(len(grammar[0]))
