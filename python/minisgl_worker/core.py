@@ -112,8 +112,9 @@ class Batch:
     # engine copies them over itself)
     sample_rows: torch.Tensor | None = None  # (S,) int64
     # Each request's table row and KV length as the batch was built: what its launch
-    # plans attention with. (Under overlap a constrained step processes the previous
-    # batch, which may end some of these requests, before it launches this one.)
+    # plans attention with. (Under overlap a step of grammar rows processes the previous
+    # batch, and an abort may come, before it launches a batch planned ahead: either may
+    # end some of these requests first.)
     table_rows: list[int] = field(init=False)
     kv_lens: list[int] = field(init=False)
 

@@ -1,15 +1,16 @@
-"""A batch's grammar masks, filled on a helper thread while the scheduler launches the batch
-and plans the next.
+"""A batch's grammar masks, filled on a helper thread while the scheduler does other work.
 
 Under overlap scheduling a constrained request's mask for step N+1 needs its token from
 step N, so it cannot be filled before N's tokens reach the host. On the scheduler's thread
 the fill (llguidance: ~20 us a row at a state it has not seen; 64 rows ~1.3 ms, on one
 thread: the rows share their grammar's caches: mask.FILL_THREADS), N+1's launch and the
 planning of step N+2 would run one after the other while the GPU waits for N+1's sampling.
-`MaskPrefetch.start` runs the fill on a helper thread instead (llguidance releases the GIL)
-while the scheduler launches N+1 and plans N+2 (scheduler.py); the sampler takes the masks
-when it needs them. (On the H200 host the 64-row fill of benches/structured.py took ~1.4 ms
-beside that work, on mask.FILL_THREADS threads.)
+`MaskPrefetch.start` runs the fill on a helper thread instead (llguidance releases the GIL),
+and the sampler takes the masks when it needs them (scheduler.py, scheduler/turns.py): with
+grammar rows alone, while the scheduler launches N+1 and plans N+2; beside unconstrained
+decodes, where a grammar row takes every other step, from N's processing until N+2
+samples. (On the H200 host the 64-row fill of benches/structured.py took ~1.4 ms beside
+the launch and the planning, on mask.FILL_THREADS threads.)
 
 The helper only reads the matchers, and only until the scheduler joins it: nothing moves
 them meanwhile (they move when the scheduler processes a batch's tokens). What the fill

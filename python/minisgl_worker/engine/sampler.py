@@ -17,10 +17,10 @@ applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k
 needs. Greedy, temperature, top-k, top-p, min-p and seeds run without a host sync (sampling
 without a CUDA sync is what lets the overlap loop run ahead); penalties, min_new_tokens
 masks and logprobs sync. A grammar mask needs the request's newest token on the host: under
-overlap the scheduler processes the previous batch before it launches this one and hands
-over the masks through `masks`, which the sampler calls when it needs them (a helper thread
-fills them while the scheduler books this batch and plans its next: constrain/prefetch.py).
-What the sampler reads of a request's progress (its token count) it reads before that call.
+overlap the scheduler hands over the masks a helper thread filled ahead through `masks`,
+which the sampler calls when it needs them (scheduler.py, constrain/prefetch.py); rows not
+filled ahead are filled here. What the sampler reads of a request's progress (its token
+count) it reads before that call.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class Sampler:
                        ) -> tuple[list[int], torch.Tensor] | None:
         """The constrained rows' masks (constrain/mask.py: the rows and their bitmask on
         the host), None without constrained rows; the scheduler has advanced each matcher
-        to its request's newest token (overlap: just now, while the GPU ran this batch's
-        forward)."""
+        to its request's newest token (an aborted request's token may never come: its row
+        is dropped)."""
         if all(r.matcher is None for r in reqs):
             return None
         ready = masks() if masks is not None else None
