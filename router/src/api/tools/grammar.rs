@@ -190,6 +190,23 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_without_parameters_takes_an_empty_object_unless_not_strict() {
+        let mut now = tool("now", json!({}));
+        now.function.parameters = None;
+        let args = |t: &Tool| {
+            let c = forced_calls(ToolFormat::Mistral, &[t], 1).source;
+            let schema: Value = serde_json::from_str(c.split_once("%json ").unwrap().1).unwrap();
+            schema["items"]["properties"]["arguments"].clone()
+        };
+        assert_eq!(
+            args(&now),
+            json!({"type": "object", "properties": {}, "additionalProperties": false})
+        );
+        now.function.strict = Some(false);
+        assert_eq!(args(&now), json!({"type": "object"}));
+    }
+
+    #[test]
     fn llama3_and_mistral_force_their_own_shapes() {
         let a = tool("a", json!({"type": "object"}));
         let llama = forced_calls(ToolFormat::Llama3, &[&a], usize::MAX).source;

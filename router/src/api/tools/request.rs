@@ -24,7 +24,8 @@ pub struct Function {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// A JSON schema of the arguments object; absent: any object.
+    /// A JSON schema of the arguments object; absent: no parameters (OpenAI: "omitting
+    /// `parameters` defines a function with an empty parameter list"), so `{}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
     /// OpenAI's "arguments always follow the schema": forced calls (`required`, a named
@@ -35,11 +36,11 @@ pub struct Function {
 }
 
 impl Function {
-    /// The arguments' schema (`{"type": "object"}` when the tool gives none).
+    /// The arguments' schema (an empty object's when the tool gives none).
     pub fn parameters_schema(&self) -> Value {
-        self.parameters
-            .clone()
-            .unwrap_or_else(|| serde_json::json!({"type": "object"}))
+        self.parameters.clone().unwrap_or_else(|| {
+            serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false})
+        })
     }
 }
 
