@@ -131,6 +131,18 @@ def test_regex_and_choice_constrain_generate(server: Server) -> None:
     assert out["text"] in ("yes", "no")
 
 
+def test_logprobs_of_tokens_a_grammar_masks_are_numbers(server: Server) -> None:
+    """The mask leaves them -inf, which JSON cannot carry: they report vLLM's -9999.0."""
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+    resp = client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=4, logprobs=True, top_logprobs=20,
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    assert resp.choices[0].message.content in ("yes", "no")
+    tops = [t.logprob for c in resp.choices[0].logprobs.content for t in c.top_logprobs]
+    assert all(isinstance(lp, float) for lp in tops), tops
+    assert -9999.0 in tops and all(lp == -9999.0 or lp > -100 for lp in tops), tops
+
+
 @pytest.mark.parametrize("fmt, words", [
     (_schema_format({"type": "objekt"}), ["invalid JSON schema at /type", "objekt"]),
     (_schema_format({"type": "array", "maxItems": "three"}), ["/maxItems", "three"]),

@@ -38,6 +38,14 @@ pub struct TokenLogprob {
     pub top: Vec<(u32, f64)>,
 }
 
+/// What a response reports for a token the sampler could not pick (a grammar's mask
+/// leaves it -inf, which JSON cannot carry and serde would write as `null`): vLLM's floor.
+const MIN_LOGPROB: f64 = -9999.0;
+
+fn json_logprob(logprob: f64) -> f64 {
+    logprob.max(MIN_LOGPROB)
+}
+
 /// Text that can be shown now, with the logprobs of the tokens that produced it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Piece {
@@ -296,8 +304,11 @@ impl Generation {
                 let top = out.top_logprobs.unwrap_or_default();
                 piece.logprobs.push(TokenLogprob {
                     token: out.token,
-                    logprob,
-                    top,
+                    logprob: json_logprob(logprob),
+                    top: top
+                        .into_iter()
+                        .map(|(t, lp)| (t, json_logprob(lp)))
+                        .collect(),
                 });
             }
         }

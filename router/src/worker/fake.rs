@@ -221,8 +221,12 @@ fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenO
             None => (script.eos, Some(Finish::Stop)),
         };
         let logprobs = req.sampling.logprobs;
+        let alternative = |k: u32| match k {
+            2 => f64::NEG_INFINITY, // as a grammar's mask leaves a token
+            _ => -0.5 - k as f64,
+        };
         let top = (0..req.sampling.top_logprobs)
-            .map(|k| (token + k, -0.5 - k as f64))
+            .map(|k| (token + k, alternative(k)))
             .collect();
         outputs.push(TokenOutput {
             rid,

@@ -134,6 +134,20 @@ async fn logprobs_come_back_in_chat_shape() {
 }
 
 #[tokio::test]
+async fn a_token_the_sampler_could_not_pick_reports_a_finite_floor() {
+    let s = Setup::normal().await;
+    let (status, body) = send_json(
+        s.app(),
+        chat(json!({"logprobs": true, "top_logprobs": 3, "max_tokens": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let top = &body["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
+    assert_eq!(top[2]["logprob"], json!(-9999.0), "{top}");
+    assert_eq!(top[1]["logprob"], json!(-1.5), "{top}");
+}
+
+#[tokio::test]
 async fn models_and_health() {
     let s = Setup::normal().await;
     let (status, body) = send_json(
