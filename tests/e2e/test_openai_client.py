@@ -39,6 +39,18 @@ def test_chat_answers_the_capital_of_france(server: Server) -> None:
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
+def test_a_developer_message_is_the_templates_system_message(server: Server) -> None:
+    """OpenAI's newer clients send instructions as `developer`; the default model's
+    template has no such role, so it renders them as `system`: same prompt, same answer."""
+    def ask(role: str):  # type: ignore[no-untyped-def]
+        return server.client().chat.completions.create(
+            model=MODEL, temperature=0, max_tokens=16,
+            messages=[{"role": role, "content": "Answer in French."}, *FRANCE])
+    developer, system = ask("developer"), ask("system")
+    assert developer.usage.prompt_tokens == system.usage.prompt_tokens
+    assert developer.choices[0].message.content == system.choices[0].message.content
+
+
 def test_chat_stream_equals_non_stream(server: Server) -> None:
     client = server.client()
     whole = client.chat.completions.create(

@@ -12,11 +12,11 @@ use crate::api::tools::render::{default_rendering, template_calls};
 use crate::api::tools::request::ToolRequest;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::text::chat_template::{RenderExtras, TemplateMessage, RESERVED_VARIABLES};
+use crate::text::chat_template::{RenderExtras, TemplateMessage, DEVELOPER, RESERVED_VARIABLES};
 use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
-const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     let logprobs = req.logprobs.unwrap_or(false);
@@ -73,6 +73,9 @@ pub fn prompt_with(
         .enumerate()
         .map(flatten)
         .collect::<Result<Vec<_>, _>>()?;
+    for m in messages.iter_mut().filter(|m| m.role == DEVELOPER) {
+        m.role = template.developer_role().into();
+    }
     let tool_list = match template.supports_tools() {
         true => tools
             .active()

@@ -26,6 +26,10 @@ pub struct ChatTemplate {
     supports_tools: bool,
 }
 
+/// The role OpenAI's newer clients send their instructions in; a template that never names
+/// it gets it as `system`, the role it replaced (as llama.cpp does).
+pub const DEVELOPER: &str = "developer";
+
 /// What a chat request adds to the messages: its tools (when the template takes them) and
 /// `chat_template_kwargs`.
 #[derive(Debug, Default)]
@@ -98,6 +102,14 @@ impl ChatTemplate {
 
     pub fn supports_tools(&self) -> bool {
         self.supports_tools
+    }
+
+    /// The role a `developer` message is rendered with.
+    pub fn developer_role(&self) -> &'static str {
+        match self.source.contains(DEVELOPER) {
+            true => DEVELOPER,
+            false => "system",
+        }
     }
 
     pub fn render(&self, messages: &[TemplateMessage]) -> Result<String, ApiError> {

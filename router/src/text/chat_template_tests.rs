@@ -86,6 +86,16 @@ fn loop_controls_and_strftime_now() {
     assert_eq!(t.render(&messages).unwrap(), "ab.4");
 }
 
+#[test]
+fn developer_messages_render_as_system_unless_the_template_names_the_role() {
+    let plain = "{% for m in messages %}{{ m.role }}{% endfor %}";
+    let t = ChatTemplate::new(plain.into(), String::new(), String::new()).unwrap();
+    assert_eq!(t.developer_role(), "system");
+    let knows = "{% for m in messages %}{% if m.role == 'developer' %}D{% endif %}{% endfor %}";
+    let t = ChatTemplate::new(knows.into(), String::new(), String::new()).unwrap();
+    assert_eq!(t.developer_role(), "developer");
+}
+
 /// router/tests/data/chat_template_vectors.json: conversations rendered by transformers'
 /// `apply_chat_template` with the default model's template (chat_template_vectors.py).
 #[test]
