@@ -9,7 +9,11 @@ told otherwise), then what leaked.
   whole   a non-streamed completion (status 200, the tokens asked for or a stop);
   cancel  a streamed chat completion whose connection is closed after 0-3 chunks;
   bad     a request the router must refuse (a wrong type, an unknown field, a malformed
-          body, an unknown model): a 4xx in OpenAI's error shape.
+          body, an unknown model): a 4xx in OpenAI's error shape;
+  constrained  a chat completion under a JSON schema, a regex or a required tool call,
+          streamed or whole, a third of the streams closed after 0-3 chunks: an answer that
+          stopped must follow its constraint (JSON that validates, the regex, a tool call
+          whose arguments parse).
 Anything else is an unexpected failure: a 5xx, a dropped stream, a timeout, a wrong status.
 
 Every `--sample-s` seconds the router's and its workers' resident memory (/proc) is read.
@@ -23,29 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benches/: common.py
 from common import launch_router
-
-PROMPTS = ["Tell me about the sea.", "What is 2 + 2?", "Write a haiku about rain.",
-           "Name three colours.", "Why is the sky blue?", "Describe a cat in one sentence."]
-BAD_BODIES = [  # (body or raw bytes, what it breaks)
-    ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "type"),
-    ({"messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, "unknown field"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}, "range"),
-    (b'{"messages": [{"role": "user", "content": "hi"', "truncated"),
-    ({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}, "model"),
-]
+from soak_load import Load
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,84 +56,6 @@ def parse_args() -> argparse.Namespace:
     if args.warmup_min is None:
         args.warmup_min = args.minutes / 10
     return args
-
-
-class Load:
-    """The clients' loop and its tally (kind -> outcomes; unexpected failures with why)."""
-
-    def __init__(self, url: str, model: str, args: argparse.Namespace, deadline: float):
-        self.url, self.model, self.args, self.deadline = url, model, args, deadline
-        self.outcomes: Counter[str] = Counter()
-        self.failures: list[str] = []
-        self.lock = threading.Lock()
-
-    def count(self, outcome: str, failure: str | None = None) -> None:
-        with self.lock:
-            self.outcomes[outcome] += 1
-            if failure is not None:
-                self.failures.append(failure)
-
-    def chat(self, rng: random.Random, stream: bool) -> dict:
-        return {"model": self.model, "stream": stream, "temperature": rng.choice([0, 0.7]),
-                "max_tokens": rng.randint(1, self.args.max_tokens),
-                "messages": [{"role": "user", "content": rng.choice(PROMPTS)}]}
-
-    def run(self, client: int) -> None:
-        rng = random.Random(self.args.seed * 1000 + client)
-        while time.monotonic() < self.deadline:
-            kind = rng.choices(["stream", "whole", "cancel", "bad"], [35, 30, 20, 15])[0]
-            try:
-                getattr(self, kind)(rng)
-            except requests.RequestException as e:
-                self.count(f"{kind}: error", f"{kind}: {type(e).__name__}: {e}")
-
-    def stream(self, rng: random.Random) -> None:
-        body = self.chat(rng, stream=True)
-        with requests.post(f"{self.url}/v1/chat/completions", json=body, stream=True,
-                           timeout=300) as r:
-            if r.status_code != 200:
-                return self.count("stream: status", f"stream: {r.status_code} {r.text[:200]}")
-            lines = [line for line in r.iter_lines() if line]
-        finished = any(b'"finish_reason":"' in line for line in lines)
-        if lines[-1:] != [b"data: [DONE]"] or not finished or b'"error"' in b"".join(lines):
-            return self.count("stream: dropped", f"stream: ended without a finish: {lines[-2:]}")
-        self.count("stream: ok")
-
-    def whole(self, rng: random.Random) -> None:
-        body = {"model": self.model, "prompt": rng.choice(PROMPTS),
-                "max_tokens": rng.randint(1, self.args.max_tokens), "temperature": 0}
-        r = requests.post(f"{self.url}/v1/completions", json=body, timeout=300)
-        if r.status_code != 200:
-            return self.count("whole: status", f"whole: {r.status_code} {r.text[:200]}")
-        choice = r.json()["choices"][0]
-        if choice["finish_reason"] not in ("length", "stop"):
-            return self.count("whole: finish", f"whole: finish_reason {choice}")
-        self.count("whole: ok")
-
-    def cancel(self, rng: random.Random) -> None:
-        with requests.post(f"{self.url}/v1/chat/completions", json=self.chat(rng, True),
-                           stream=True, timeout=300) as r:
-            if r.status_code != 200:
-                return self.count("cancel: status", f"cancel: {r.status_code} {r.text[:200]}")
-            chunks = rng.randint(0, 3)
-            for i, _ in enumerate(r.iter_lines()):
-                if i >= chunks:
-                    break
-        self.count("cancel: ok")  # the connection closes here, mid-stream or before it
-
-    def bad(self, rng: random.Random) -> None:
-        body, why = rng.choice(BAD_BODIES)
-        if isinstance(body, bytes):
-            r = requests.post(f"{self.url}/v1/chat/completions", data=body, timeout=60,
-                              headers={"Content-Type": "application/json"})
-        else:
-            r = requests.post(f"{self.url}/v1/chat/completions", json={"model": self.model,
-                              **body}, timeout=60)
-        shaped = r.headers.get("content-type", "").startswith("application/json") and \
-            "message" in r.json().get("error", {})
-        if not 400 <= r.status_code < 500 or not shaped:
-            return self.count("bad: status", f"bad ({why}): {r.status_code} {r.text[:200]}")
-        self.count("bad: refused")
 
 
 def tree(pid: int) -> list[int]:
