@@ -125,6 +125,8 @@ def test_a_conversation_with_a_tool_result_is_answered(server: Server) -> None:
      ["structured output"]),
     ({"extra_body": {"chat_template_kwargs": {"messages": []}}}, "chat_template_kwargs",
      ["`chat_template_kwargs.messages`"]),
+    ({"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+     "chat_template_kwargs", ["`chat_template_kwargs.enable_thinking`", "does not read it"]),
 ])
 def test_bad_tool_fields_are_400s_naming_the_field(server: Server, kwargs: dict, param: str,
                                                    words: list[str]) -> None:

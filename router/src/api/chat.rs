@@ -12,7 +12,7 @@ use crate::api::tools::render::{default_rendering, template_calls};
 use crate::api::tools::request::ToolRequest;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::text::chat_template::{RenderExtras, TemplateMessage, DEVELOPER, RESERVED_VARIABLES};
+use crate::text::chat_template::{RenderExtras, TemplateMessage, DEVELOPER};
 use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
 
@@ -61,12 +61,8 @@ pub fn prompt_with(
             "`messages` must not be empty",
         ));
     }
-    if let Some(key) = kwargs.and_then(|k| RESERVED_VARIABLES.iter().find(|r| k.contains_key(**r)))
-    {
-        return Err(ApiError::invalid(
-            "chat_template_kwargs",
-            format!("`chat_template_kwargs.{key}` is set by the server"),
-        ));
+    if let Some(kwargs) = kwargs {
+        template.check_kwargs(kwargs)?;
     }
     let mut messages = messages
         .iter()

@@ -6,6 +6,7 @@
 //! `tojson` as Python's `json.dumps` writes (`text::pyjson`), `strftime_now`, loop controls,
 //! maps in insertion order, with `bos_token`/`eos_token` and `add_generation_prompt = true`.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use minijinja::{context, Environment, Error, ErrorKind};
@@ -22,8 +23,8 @@ pub struct ChatTemplate {
     eos_token: String,
     /// The template's text (which tool-call format it shows: `ToolFormat::detect`).
     source: String,
-    /// It reads a `tools` variable (Hugging Face's tool support).
-    supports_tools: bool,
+    /// The variables it reads (`tools`: Hugging Face's tool support).
+    variables: BTreeSet<String>,
 }
 
 /// The role OpenAI's newer clients send their instructions in; a template that never names
@@ -39,7 +40,7 @@ pub struct RenderExtras<'a> {
 }
 
 /// Variables the router sets, which `chat_template_kwargs` may not.
-pub const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "bos_token", "eos_token"];
+const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "bos_token", "eos_token"];
 
 /// One message as the template sees it (content already flattened to text).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -82,17 +83,18 @@ impl ChatTemplate {
         env.add_filter("tojson", crate::text::pyjson::tojson);
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| format!("the chat template does not parse: {e}"))?;
-        let supports_tools = env
+        let variables = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| e.to_string())?
             .undeclared_variables(false)
-            .contains("tools");
+            .into_iter()
+            .collect();
         Ok(Self {
             env,
             bos_token,
             eos_token,
             source,
-            supports_tools,
+            variables,
         })
     }
 
@@ -101,7 +103,28 @@ impl ChatTemplate {
     }
 
     pub fn supports_tools(&self) -> bool {
-        self.supports_tools
+        self.variables.contains("tools")
+    }
+
+    /// Checks `chat_template_kwargs`: the server's own variables are refused, and so is a
+    /// variable the template never reads (it would change nothing).
+    pub fn check_kwargs(&self, kwargs: &serde_json::Map<String, Json>) -> Result<(), ApiError> {
+        let refuse = |message: String| Err(ApiError::invalid("chat_template_kwargs", message));
+        for key in kwargs.keys() {
+            if RESERVED_VARIABLES.contains(&key.as_str()) {
+                return refuse(format!("`chat_template_kwargs.{key}` is set by the server"));
+            }
+            if !self.variables.contains(key) {
+                let free: Vec<&str> = (self.variables.iter().map(String::as_str))
+                    .filter(|v| !RESERVED_VARIABLES.contains(v))
+                    .collect();
+                return refuse(format!(
+                    "`chat_template_kwargs.{key}`: the model's chat template does not read it; \
+                     it reads {free:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The role a `developer` message is rendered with.
@@ -117,7 +140,7 @@ impl ChatTemplate {
     }
 
     /// Renders with a request's tools and template variables (`chat_template_kwargs`,
-    /// checked by the caller against `RESERVED_VARIABLES`).
+    /// checked by the caller with `check_kwargs`).
     pub fn render_with(
         &self,
         messages: &[TemplateMessage],

@@ -130,6 +130,34 @@ fn default_template_renders_like_transformers() {
 }
 
 #[test]
+fn kwargs_must_be_variables_the_template_reads_and_not_the_servers() {
+    let source = "{{ enable_thinking }}{% for m in messages %}{{ m.content }}{% endfor %}";
+    let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+    let kwargs = |v: serde_json::Value| match v {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!(),
+    };
+    assert!(t
+        .check_kwargs(&kwargs(serde_json::json!({"enable_thinking": false})))
+        .is_ok());
+    let err = t
+        .check_kwargs(&kwargs(serde_json::json!({"thinking": false})))
+        .unwrap_err();
+    assert_eq!(
+        err.message(),
+        "`chat_template_kwargs.thinking`: the model's chat template does not read it; \
+         it reads [\"enable_thinking\"]"
+    );
+    let err = t
+        .check_kwargs(&kwargs(serde_json::json!({"messages": []})))
+        .unwrap_err();
+    assert_eq!(
+        err.message(),
+        "`chat_template_kwargs.messages` is set by the server"
+    );
+}
+
+#[test]
 fn tools_and_kwargs_reach_the_template() {
     let source = "{% if tools %}{{ tools | length }} tools;{% endif %}[{{ enable_thinking }}]\
         {% for m in messages %}{{ m.content }}{% endfor %}";
