@@ -34,6 +34,7 @@ browser:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check python tests benches
+	$(PY) -m mypy python/minisgl_worker
 	cargo clippy --release --manifest-path router/Cargo.toml --all-targets -- -D warnings
 	cargo fmt --manifest-path router/Cargo.toml --check
 

@@ -103,10 +103,11 @@ def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor
     rows, vocab = logits.shape
     if not rows:
         return torch.empty(0, dtype=torch.int64, device=logits.device)
-    masked = bitmask is not None
-    if masked:
+    words = 0  # int32 words of a bitmask row
+    if bitmask is not None and mask_rows is not None:
         assert bitmask.dtype == torch.int32 and bitmask.is_contiguous()
         assert bitmask.shape[1] == triton.cdiv(vocab, 32) and mask_rows.shape == (rows,)
+        words = bitmask.shape[1]
     blocks = triton.cdiv(vocab, _BLOCK)
     splits = max(1, min(blocks, _TARGET_PROGRAMS // rows))
     span = triton.cdiv(blocks, splits) * _BLOCK
@@ -115,8 +116,8 @@ def gumbel_sample(logits: torch.Tensor, temps: torch.Tensor, seeds: torch.Tensor
     index = torch.empty(rows, splits, dtype=torch.int64, device=logits.device)
     _gumbel_argmax_kernel[(rows, splits)](
         logits, logits.stride(0), temps, seeds, best, index, vocab, span,
-        bitmask if masked else seeds, mask_rows if masked else seeds,
-        bitmask.shape[1] if masked else 0, BLOCK=_BLOCK, MASKED=masked, num_warps=4,
+        seeds if bitmask is None else bitmask, seeds if mask_rows is None else mask_rows,
+        words, BLOCK=_BLOCK, MASKED=bitmask is not None, num_warps=4,
     )
     if splits == 1:
         return index[:, 0]
