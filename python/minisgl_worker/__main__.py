@@ -70,86 +70,102 @@ def _step_tokens(text: str) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minisgl_worker", description=__doc__)
-    p.add_argument("--model", required=True, help="HF-style model folder")
-    p.add_argument("--listen", help="ipc:// or tcp:// address to bind (node 0 only)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--page-size", type=_non_negative, default=0,
-                   help="tokens per KV page; 0: 16")
-    p.add_argument(
-        "--max-running", type=_non_negative, default=0, help="0: 256 on CUDA, 32 on CPU"
+    for add in (_model_args, _memory_args, _scheduling_args, _kernel_args, _distributed_args):
+        add(p)
+    args = p.parse_args(argv)
+    _check(p, args)
+    return args
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("serving", "What to serve, where and on what.")
+    g.add_argument("--model", required=True, help="HF-style model folder")
+    g.add_argument("--listen", help="ipc:// or tcp:// address to bind (node 0 only)")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    g.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
+    g.add_argument(
+        "--parent-pid", type=_positive, default=None,
+        help="exit when this process stops being our parent (the router that spawned us "
+        "died without shutting us down)",
     )
-    p.add_argument(
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("KV cache", "How the KV cache is laid out and sized.")
+    g.add_argument("--page-size", type=_non_negative, default=0,
+                   help="tokens per KV page; 0: 16")
+    g.add_argument(
         "--kv-tokens", type=_non_negative, default=0,
         help="KV capacity in tokens; 0: 1 GiB worth on CPU; on CUDA what 90%% of the GPU's "
         "memory leaves after the weights, the largest prefill's activations and CUDA graphs",
     )
-    p.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
-    p.add_argument(
+    g.add_argument(
+        "--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
+        help="KV cache storage: auto (the model's dtype) or fp8_e4m3 (a scale per layer for K "
+        "and V, half the bytes of bf16: about twice the KV tokens; every attention backend)",
+    )
+    g.add_argument(
+        "--cache", default="radix", choices=list(CACHE_KINDS),
+        help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
+    )
+
+def _scheduling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scheduling", "What a step holds.")
+    g.add_argument(
+        "--max-running", type=_non_negative, default=0, help="0: 256 on CUDA, 32 on CPU"
+    )
+    g.add_argument("--chunk-size", type=_positive, default=8192, help="prefill tokens per step")
+    g.add_argument(
         "--mixed-chunk-size", type=_auto_non_negative, default=-1,
         help="prefill tokens per step beside running decodes; 0: the chunk size; -1: derived "
         "from the model and the GPU so a step's prompt work fits a 50 ms inter-token latency "
         "(scheduler/budget.py; the whole chunk on CPU)",
     )
-    p.add_argument(
+    g.add_argument(
         "--mixed-step-tokens", type=_step_tokens, default=-1,
         help="once N/4 or more requests decode, a step holds at most N tokens, decodes "
         "included (prompt chunks fill the rest; at least N/8 a step); 0: off; -1: derived "
         "(off when serving). 256 with --schedule-policy lof suits large models' offline "
         "batches (benches/RESULTS.md)",
     )
-    p.add_argument(
+    g.add_argument(
         "--schedule-policy", default="auto", choices=["auto", *POLICIES],
         help="queue order: fcfs, or lof (longest max_new_tokens first: shortens a batch "
         "submitted at once; long requests overtake short ones); auto: fcfs when serving",
     )
-    p.add_argument(
-        "--cache", default="radix", choices=list(CACHE_KINDS),
-        help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
-    )
-    p.add_argument("--load-format", default="safetensors", choices=["safetensors", "dummy"])
-    p.add_argument(
+
+def _kernel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("kernels", "Which kernels run a step.")
+    g.add_argument(
         "--cuda-graph-max-bs", type=_graph_bs, default=-1,
         help="largest decode batch run as a CUDA graph; -1: 256 on GPUs with >= 80 GiB, "
         "else 128; 0: none",
     )
-    p.add_argument(
+    g.add_argument(
         "--cuda-graph-max-tokens", type=_graph_tokens, default=-1,
         help="largest batch with prompt tokens (prefill, mixed) run as piecewise CUDA graphs "
         "(FlashInfer, bf16/fp16), besides those of exactly --chunk-size tokens; -1: 512; "
         "0: none",
     )
-    p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
-    p.add_argument(
-        "--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
-        help="KV cache storage: auto (the model's dtype) or fp8_e4m3 (a scale per layer for K "
-        "and V, half the bytes of bf16: about twice the KV tokens; every attention backend)",
-    )
-    p.add_argument(
+    g.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "flashinfer"])
+    g.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"],
         help="GEMM of the bias-free linears: auto (on Hopper in bf16, cuBLAS or CUTLASS with "
         "PDL per shape and batch size, chosen once and kept beside FlashInfer's JIT cache) or "
         "cublas everywhere",
     )
-    p.add_argument(
-        "--parent-pid", type=_positive, default=None,
-        help="exit when this process stops being our parent (the router that spawned us "
-        "died without shutting us down)",
-    )
-    p.add_argument("--tp", type=_positive, default=1,
+
+def _distributed_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tensor parallelism", "The ranks of this worker.")
+    g.add_argument("--tp", type=_positive, default=1,
                    help="tensor-parallel ranks of this worker (processes; GPUs 0..tp-1 of "
                    "CUDA_VISIBLE_DEVICES on CUDA, the cores shared on CPU)")
-    p.add_argument("--nnodes", type=_positive, default=1,
+    g.add_argument("--nnodes", type=_positive, default=1,
                    help="hosts the TP group spans (tp / nnodes ranks on each)")
-    p.add_argument("--node-rank", type=_non_negative, default=0,
+    g.add_argument("--node-rank", type=_non_negative, default=0,
                    help="this host's index in the group; node 0 holds rank 0 and --listen")
-    p.add_argument("--dist-init-addr", metavar="HOST:PORT", default=None,
+    g.add_argument("--dist-init-addr", metavar="HOST:PORT", default=None,
                    help="where rank 0 meets the other ranks (needed with --nnodes > 1; "
                    "default: a free local port)")
-    args = p.parse_args(argv)
-    _check(p, args)
-    return args
-
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.tp % args.nnodes:
