@@ -8,6 +8,15 @@ use clap::{Parser, ValueEnum};
 
 use crate::routing::policy::Thresholds;
 
+// The headings of `--help`, in the order they first appear.
+const MODEL: &str = "Model";
+const SERVER: &str = "Server";
+const WORKERS: &str = "Workers and routing";
+const ENGINE: &str = "Spawned workers' engine (their defaults when absent)";
+const LIMITS: &str = "Request limits";
+const CHAT: &str = "Chat: tool calls and reasoning";
+const SHELL: &str = "Terminal chat";
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "minisgl-router",
@@ -17,129 +26,130 @@ use crate::routing::policy::Thresholds;
 pub struct Config {
     /// Hugging Face-style model folder (tokenizer.json, tokenizer_config.json, config.json,
     /// weights); without it the embedded default model is served.
-    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = MODEL, long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// A name clients pass as `model` (repeatable); default: the model folder's name and
     /// the --model argument as given.
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = MODEL, long, value_name = "NAME")]
     pub served_model_name: Vec<String>,
     /// `--model` was filled in with the embedded default model's folder (not a flag).
     #[arg(skip)]
     pub default_model: bool,
     /// Address to listen on; anything but loopback wants --api-key (a warning says so).
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(help_heading = SERVER, long, default_value = "127.0.0.1")]
     pub host: String,
-    #[arg(long, default_value_t = 8000)]
+    #[arg(help_heading = SERVER, long, default_value_t = 8000)]
     pub port: u16,
     /// Local workers to spawn (default 1, or 0 when --worker is given).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = WORKERS, long, value_name = "N")]
     pub workers: Option<usize>,
     /// Tensor-parallel ranks of each spawned worker: N processes on N GPUs (worker i gets
     /// the i-th N of CUDA_VISIBLE_DEVICES; --workers 2 --tp 2 uses 4), on CPU they share
     /// the cores. A --worker group is started with its own --tp.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
+    #[arg(help_heading = WORKERS, long, value_name = "N", default_value_t = 1, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
     pub tp: usize,
     /// Attach a worker started elsewhere with `python -m minisgl_worker --listen ...` (repeatable).
-    #[arg(long = "worker", value_name = "tcp://HOST:PORT")]
+    #[arg(help_heading = WORKERS, long = "worker", value_name = "tcp://HOST:PORT")]
     pub remote_workers: Vec<String>,
     /// Which worker serves a request: cache_aware (the one whose prefix cache holds most of
     /// the prompt, unless load is imbalanced), round_robin, least_load (fewest in flight), or
     /// power_of_two (the less loaded of two random workers).
-    #[arg(long, value_enum, default_value_t = RoutingPolicy::CacheAware)]
+    #[arg(help_heading = WORKERS, long, value_enum, default_value_t = RoutingPolicy::CacheAware)]
     pub routing_policy: RoutingPolicy,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = WORKERS)]
     pub cache_aware: Thresholds,
     /// Device of the spawned workers.
-    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    #[arg(help_heading = MODEL, long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
     /// Weight and activation dtype of the spawned workers.
-    #[arg(long, value_enum, default_value_t = Dtype::Auto)]
+    #[arg(help_heading = MODEL, long, value_enum, default_value_t = Dtype::Auto)]
     pub dtype: Dtype,
     /// KV cache page size of the spawned workers (their default when absent).
-    #[arg(long)]
+    #[arg(help_heading = ENGINE, long)]
     pub page_size: Option<u32>,
     /// Most requests a spawned worker runs at once (its default when absent).
-    #[arg(long)]
+    #[arg(help_heading = ENGINE, long)]
     pub max_running: Option<u32>,
     /// Prefix cache of the spawned workers: radix (shared prefixes are computed once) or
     /// naive (none); their default, radix, when absent.
-    #[arg(long, value_enum)]
+    #[arg(help_heading = ENGINE, long, value_enum)]
     pub cache: Option<Cache>,
     /// Prefill tokens per scheduler step of the spawned workers (their default when absent).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = ENGINE, long, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_size: Option<u32>,
     /// Prefill tokens per step beside running decodes, at most the chunk size: smaller
     /// keeps decodes from stalling behind long prompts (their default: the chunk size).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = ENGINE, long, value_parser = clap::value_parser!(u32).range(1..))]
     pub mixed_chunk_size: Option<u32>,
     /// Once N/4 or more requests decode, a step of the spawned workers holds at most N
     /// tokens, decodes included, and prompt chunks fill the rest (at least N/8 a step);
     /// with `--schedule-policy lof`, 256 suits large models' batch jobs (their default: off).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(4..))]
+    #[arg(help_heading = ENGINE, long, value_parser = clap::value_parser!(u32).range(4..))]
     pub mixed_step_tokens: Option<u32>,
     /// Queue order of the spawned workers: fcfs, or lof (longest max_tokens first, which
     /// shortens a batch job submitted at once but lets long requests overtake short ones);
     /// their default, fcfs, when absent.
-    #[arg(long, value_enum)]
+    #[arg(help_heading = ENGINE, long, value_enum)]
     pub schedule_policy: Option<Policy>,
     /// KV cache capacity of each spawned worker, in tokens (their default when absent: what
     /// 90% of the GPU's memory leaves after weights, activations and CUDA graphs; 1 GiB
     /// worth on CPU).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = ENGINE, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub kv_tokens: Option<u64>,
     /// Largest decode batch the spawned workers replay as a CUDA graph; 0: none (their
     /// default when absent: 256 on GPUs with >= 80 GiB, else 128).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = ENGINE, long, value_name = "N")]
     pub cuda_graph_max_bs: Option<u32>,
     /// Largest batch with prompt tokens the spawned workers replay as piecewise CUDA
     /// graphs: 0 (none) or >= 16 (their default when absent: 512).
-    #[arg(long, value_name = "N", value_parser = graph_tokens)]
+    #[arg(help_heading = ENGINE, long, value_name = "N", value_parser = graph_tokens)]
     pub cuda_graph_max_tokens: Option<u32>,
     /// Attention kernels of the spawned workers (their default when absent: auto, i.e.
     /// FlashInfer on CUDA when it is installed, torch otherwise).
-    #[arg(long, value_enum)]
+    #[arg(help_heading = ENGINE, long, value_enum)]
     pub attention_backend: Option<AttentionBackend>,
     /// GEMM of the spawned workers' bias-free linears: auto (on Hopper in bf16, cuBLAS or
     /// CUTLASS with PDL per shape and batch size, chosen once and kept on disk) or cublas
     /// everywhere (their default when absent: auto).
-    #[arg(long, value_enum)]
+    #[arg(help_heading = ENGINE, long, value_enum)]
     pub gemm: Option<Gemm>,
     /// KV cache storage of the spawned workers: auto (the model's dtype) or fp8_e4m3 (half
     /// the bytes of bf16, about twice the KV tokens; every attention backend).
-    #[arg(long, value_enum)]
+    #[arg(help_heading = ENGINE, long, value_enum)]
     pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Weights of the spawned workers: safetensors (the model folder's, their default when
     /// absent) or dummy (random weights in the model's shape: benchmarks without a checkpoint).
-    #[arg(long, value_enum)]
+    #[arg(help_heading = MODEL, long, value_enum)]
     pub load_format: Option<LoadFormat>,
     /// Most generations in flight across all workers (each of `n` copies and each prompt of
     /// a batch counts); past it requests get 429 with `Retry-After: 1`. The default, 4096,
     /// is 16 times a CUDA worker's 256 running requests: deep enough queues that a
     /// saturated server stays busy, a bound on what a flood can pile up in the router.
-    #[arg(long, value_name = "N", default_value_t = NonZeroUsize::new(4096).unwrap())]
+    #[arg(help_heading = LIMITS, long, value_name = "N", default_value_t = NonZeroUsize::new(4096).unwrap())]
     pub max_requests: NonZeroUsize,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = LIMITS)]
     pub limits: crate::api::limits::Limits,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = CHAT)]
     pub chat: crate::api::tools::ChatOptions,
     /// Seconds to wait for every worker's `ready`.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", default_value_t = 600)]
     pub ready_timeout: u64,
     /// After SIGTERM or Ctrl-C: seconds the requests in flight get to finish (new ones get
     /// 503 meanwhile) before they are aborted and the workers stopped.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    #[arg(help_heading = SERVER, long, value_name = "SECS", default_value_t = 30)]
     pub shutdown_timeout: u64,
     /// Chat in this terminal once the server is ready (over its HTTP API); quitting the
     /// shell (/exit, Ctrl-D) shuts the server down.
-    #[arg(long)]
+    #[arg(help_heading = SHELL, long)]
     pub shell: bool,
     /// With --shell: chat with the server already running at this URL instead of starting
     /// one (http only).
-    #[arg(long, value_name = "http://HOST:PORT", requires = "shell")]
+    #[arg(help_heading = SHELL, long, value_name = "http://HOST:PORT", requires = "shell")]
     pub url: Option<String>,
     /// Every route but /health and the chat page wants `Authorization: Bearer KEY` (401
     /// otherwise); with --shell, the key the shell sends.
     #[arg(
+        help_heading = SERVER,
         long,
         value_name = "KEY",
         env = "MINISGL_API_KEY",
@@ -147,10 +157,10 @@ pub struct Config {
     )]
     pub api_key: Option<String>,
     /// Do not serve the chat page at `/` (it is a 404 then).
-    #[arg(long)]
+    #[arg(help_heading = SERVER, long)]
     pub no_web_ui: bool,
     /// error, warn, info, debug or trace (RUST_LOG-style filters work too).
-    #[arg(long, default_value = "info")]
+    #[arg(help_heading = SERVER, long, default_value = "info")]
     pub log_level: String,
 }
 

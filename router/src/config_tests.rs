@@ -231,3 +231,37 @@ fn api_key_and_the_exposure_warning() {
         "--api-key (or MINISGL_API_KEY) must not be empty"
     );
 }
+
+#[test]
+fn help_lists_the_flags_under_their_headings() {
+    let help = parse(&["--help"]).unwrap_err().render().to_string();
+    let at = |s: &str| {
+        help.find(s)
+            .unwrap_or_else(|| panic!("{s} not in --help:\n{help}"))
+    };
+    let headings = [
+        "Model:",
+        "Server:",
+        "Workers and routing:",
+        "Spawned workers' engine",
+        "Request limits:",
+        "Chat: tool calls and reasoning:",
+        "Terminal chat:",
+    ];
+    let starts: Vec<usize> = headings.iter().map(|h| at(h)).collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]), "{help}");
+    let under = |flag: &str, heading: usize| {
+        let i = at(flag);
+        assert!(
+            starts[heading] < i && starts.get(heading + 1).map_or(true, |&n| i < n),
+            "{flag}"
+        );
+    };
+    under("--dtype <DTYPE>", 0);
+    under("--api-key <KEY>", 1);
+    under("--cache-threshold <SHARE>", 2);
+    under("--kv-cache-dtype <KV_CACHE_DTYPE>", 3);
+    under("--max-tokens-limit <N>", 4);
+    under("--reasoning-parser <NAME>", 5);
+    under("--url <http://HOST:PORT>", 6);
+}
