@@ -253,7 +253,7 @@ fn help_lists_the_flags_under_their_headings() {
     let under = |flag: &str, heading: usize| {
         let i = at(flag);
         assert!(
-            starts[heading] < i && starts.get(heading + 1).map_or(true, |&n| i < n),
+            starts[heading] < i && starts.get(heading + 1).into_iter().all(|&n| i < n),
             "{flag}"
         );
     };
