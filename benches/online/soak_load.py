@@ -110,14 +110,16 @@ class Load:
             if r.status_code != 200:
                 return self.count("constrained: status", f"constrained: {r.status_code}")
             if stream and rng.random() < 0.3:
+                chunks = rng.randint(0, 3)
                 for i, _ in enumerate(r.iter_lines()):
-                    if i >= rng.randint(0, 3):
+                    if i >= chunks:
                         break
                 return self.count("constrained: cancelled")
             finish, content, args = answer(r, stream)
         followed = {"json": lambda: isinstance(json.loads(content)["n"], int),
                     "regex": lambda: re.fullmatch(WORDS, content) is not None,
-                    "tool": lambda: all(isinstance(json.loads(a)["q"], str) for a in args)}
+                    "tool": lambda: bool(args) and all(isinstance(json.loads(a)["q"], str)
+                                                       for a in args)}
         if finish == "length":
             return self.count("constrained: length")
         try:
