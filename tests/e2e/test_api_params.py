@@ -38,14 +38,18 @@ def test_model_must_be_served(server: Server) -> None:
 
 
 def test_messages_take_strings_parts_and_a_system_role(server: Server) -> None:
-    parts = [
-        {"type": "text", "text": "What is the capital "},
-        {"type": "text", "text": "of France?"},
-    ]
+    one = [{"type": "text", "text": "What is the capital of France?"}]
     resp = server.client().chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": parts}], temperature=0, max_tokens=24
+        model=MODEL, messages=[{"role": "user", "content": one}], temperature=0, max_tokens=24
     )
     assert resp.choices[0].message.content == ANSWER
+    # Several text parts are joined by newlines (as vLLM joins them).
+    two = [{"type": "text", "text": "Be brief."}, *one]
+    resp = server.client().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": two}], max_tokens=1)
+    joined = [{"role": "user", "content": "Be brief.\nWhat is the capital of France?"}]
+    rendered = requests.post(f"{server.base_url}/tokenize", json={"messages": joined})
+    assert resp.usage.prompt_tokens == rendered.json()["count"]
     # A system message replaces the template's default one: the prompt is what /tokenize
     # renders for the same messages.
     system = [{"role": "system", "content": "Answer in one word."}, *FRANCE]

@@ -105,11 +105,12 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
     let content = match &message.content {
         None => String::new(),
         Some(Content::Text(text)) => text.clone(),
+        // Text parts joined by newlines, as vLLM and TensorRT-LLM join them.
         Some(Content::Parts(parts)) => {
-            let mut text = String::new();
+            let mut texts = Vec::with_capacity(parts.len());
             for part in parts {
                 match (part.kind.as_str(), &part.text) {
-                    ("text", Some(t)) => text.push_str(t),
+                    ("text", Some(t)) => texts.push(t.as_str()),
                     (kind, _) => {
                         return Err(ApiError::invalid(
                             "messages",
@@ -120,7 +121,7 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
                     }
                 }
             }
-            text
+            texts.join("\n")
         }
     };
     let tool_calls = match (&message.tool_calls, message.role.as_str()) {
@@ -342,7 +343,7 @@ mod tests {
             },
         ];
         let m = flatten((0, &message("user", Some(Content::Parts(parts))))).unwrap();
-        assert_eq!(m.content, "ab");
+        assert_eq!(m.content, "a\nb");
         let image = vec![ContentPart {
             kind: "image_url".into(),
             text: None,
