@@ -47,9 +47,12 @@ def test_messages_take_strings_parts_and_a_system_role(server: Server) -> None:
     two = [{"type": "text", "text": "Be brief."}, *one]
     resp = server.client().chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": two}], max_tokens=1)
-    joined = [{"role": "user", "content": "Be brief.\nWhat is the capital of France?"}]
-    rendered = requests.post(f"{server.base_url}/tokenize", json={"messages": joined})
-    assert resp.usage.prompt_tokens == rendered.json()["count"]
+    def count(text: str) -> int:
+        body = {"messages": [{"role": "user", "content": text}]}
+        return requests.post(f"{server.base_url}/tokenize", json=body).json()["count"]
+    question = "What is the capital of France?"
+    joined, glued = count(f"Be brief.\n{question}"), count(f"Be brief.{question}")
+    assert resp.usage.prompt_tokens == joined != glued
     # A system message replaces the template's default one: the prompt is what /tokenize
     # renders for the same messages.
     system = [{"role": "system", "content": "Answer in one word."}, *FRANCE]
