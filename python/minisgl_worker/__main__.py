@@ -76,6 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _check(p, args)
     return args
 
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("serving", "What to serve, where and on what.")
     g.add_argument("--model", required=True, help="HF-style model folder")
@@ -88,6 +89,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
         help="exit when this process stops being our parent (the router that spawned us "
         "died without shutting us down)",
     )
+
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("KV cache", "How the KV cache is laid out and sized.")
@@ -107,6 +109,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
         "--cache", default="radix", choices=list(CACHE_KINDS),
         help="prefix cache: radix (reuse shared prompt prefixes) or naive (none)",
     )
+
 
 def _scheduling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scheduling", "What a step holds.")
@@ -133,6 +136,7 @@ def _scheduling_args(p: argparse.ArgumentParser) -> None:
         "submitted at once; long requests overtake short ones); auto: fcfs when serving",
     )
 
+
 def _kernel_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kernels", "Which kernels run a step.")
     g.add_argument(
@@ -154,6 +158,7 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
         "cublas everywhere",
     )
 
+
 def _distributed_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tensor parallelism", "The ranks of this worker.")
     g.add_argument("--tp", type=_positive, default=1,
@@ -166,6 +171,7 @@ def _distributed_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dist-init-addr", metavar="HOST:PORT", default=None,
                    help="where rank 0 meets the other ranks (needed with --nnodes > 1; "
                    "default: a free local port)")
+
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.tp % args.nnodes:
