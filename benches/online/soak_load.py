@@ -24,17 +24,30 @@ BAD_BODIES = [  # (body or raw bytes, what it breaks)
 ]
 
 WORDS = r"[a-z]{1,8}( [a-z]{1,8}){0,3}"
-CONSTRAINTS = [  # (the request's constraint, what a stopped answer must be)
+
+
+def _number(content: str, _calls: list[str]) -> bool:
+    return isinstance(json.loads(content)["n"], int)
+
+
+def _words(content: str, _calls: list[str]) -> bool:
+    return re.fullmatch(WORDS, content) is not None
+
+
+def _lookups(_content: str, calls: list[str]) -> bool:
+    return bool(calls) and all(isinstance(json.loads(a)["q"], str) for a in calls)
+
+
+CONSTRAINTS = [  # (the request's constraint, the finish_reason and the answer it must give)
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
         "type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
                                                "maximum": 999}},
-        "required": ["n"], "additionalProperties": False}}}}, "json"),
-    ({"structured_outputs": {"regex": WORDS}}, "regex"),
+        "required": ["n"], "additionalProperties": False}}}}, "stop", _number),
+    ({"structured_outputs": {"regex": WORDS}}, "stop", _words),
     ({"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {
         "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}},
-        "required": ["q"]}}}], "tool_choice": "required"}, "tool"),
+        "required": ["q"]}}}], "tool_choice": "required"}, "tool_calls", _lookups),
 ]
-
 
 
 class Load:
@@ -102,7 +115,7 @@ class Load:
         self.count("cancel: ok")  # the connection closes here, mid-stream or before it
 
     def constrained(self, rng: random.Random) -> None:
-        extra, want = rng.choice(CONSTRAINTS)
+        extra, want, followed = rng.choice(CONSTRAINTS)
         stream = rng.random() < 0.6
         body = {**self.chat(rng, stream), **extra, "max_tokens": 48}
         with requests.post(f"{self.url}/v1/chat/completions", json=body, stream=stream,
@@ -115,21 +128,16 @@ class Load:
                     if i >= chunks:
                         break
                 return self.count("constrained: cancelled")
-            finish, content, args = answer(r, stream)
-        followed = {"json": lambda: isinstance(json.loads(content)["n"], int),
-                    "regex": lambda: re.fullmatch(WORDS, content) is not None,
-                    "tool": lambda: bool(args) and all(isinstance(json.loads(a)["q"], str)
-                                                       for a in args)}
+            finish, content, calls = answer(r, stream)
         if finish == "length":
             return self.count("constrained: length")
         try:
-            ok = finish in ("stop", "tool_calls") and followed[want]() and \
-                (want != "tool") == (finish == "stop")
+            ok = finish == want and followed(content, calls)
         except (ValueError, KeyError, TypeError):
             ok = False
         if not ok:
             return self.count("constrained: broken",
-                              f"constrained ({want}): {finish} {content!r} {args}")
+                              f"constrained ({want}): {finish} {content!r} {calls}")
         self.count("constrained: ok")
 
     def bad(self, rng: random.Random) -> None:
