@@ -114,18 +114,21 @@ async fn streamed_stop_string_matches_across_tokens() {
     assert_eq!(text, "The capital of France ");
 }
 
+/// A chat completion's `logprobs.content`, with `top_logprobs` alternatives a token.
+async fn chat_logprobs(top_logprobs: u32, max_tokens: u32) -> Vec<Value> {
+    let s = Setup::normal().await;
+    let body = json!({"logprobs": true, "top_logprobs": top_logprobs, "max_tokens": max_tokens});
+    let (status, body) = send_json(s.app(), chat(body)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
 #[tokio::test]
 async fn logprobs_come_back_in_chat_shape() {
-    let s = Setup::normal().await;
-    let (status, body) = send_json(
-        s.app(),
-        chat(json!({"logprobs": true, "top_logprobs": 2, "max_tokens": 2})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let content = body["choices"][0]["logprobs"]["content"]
-        .as_array()
-        .unwrap();
+    let content = chat_logprobs(2, 2).await;
     assert_eq!(content.len(), 2);
     assert_eq!(content[0]["logprob"], -0.5);
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
@@ -135,14 +138,7 @@ async fn logprobs_come_back_in_chat_shape() {
 
 #[tokio::test]
 async fn a_token_the_sampler_could_not_pick_reports_a_finite_floor() {
-    let s = Setup::normal().await;
-    let (status, body) = send_json(
-        s.app(),
-        chat(json!({"logprobs": true, "top_logprobs": 3, "max_tokens": 1})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let top = &body["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
+    let top = &chat_logprobs(3, 1).await[0]["top_logprobs"];
     assert_eq!(top[2]["logprob"], json!(-9999.0), "{top}");
     assert_eq!(top[1]["logprob"], json!(-1.5), "{top}");
 }
