@@ -1,4 +1,4 @@
-"""The router <-> worker protocol, version 5 (docs/protocol.md is the specification).
+"""The router <-> worker protocol, version 6 (docs/protocol.md is the specification).
 
 Messages are dataclasses; a frame is `{"v": 5, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-VERSION = 5
+VERSION = 6
 
 
 class ProtocolError(ValueError):
@@ -129,6 +129,7 @@ class ErrorCode(str, Enum):
     message."""
 
     INVALID_REQUEST = "invalid_request"  # cannot be served as given (no ids, bad token id)
+    INVALID_CONSTRAINT = "invalid_constraint"  # its constraint does not compile
     CONTEXT_TOO_LONG = "context_too_long"  # the prompt does not fit this worker's context
     BAD_MESSAGE = "bad_message"  # a frame or message that does not follow the protocol
     INTERNAL = "internal"  # the worker failed while serving it

@@ -164,7 +164,29 @@ def test_invalid_regexes_and_grammars_are_400s(server: Server) -> None:
     r = requests.post(f"{server.base_url}/generate", timeout=60, json={
         "text": "x", "sampling_params": {"regex": "([0-9]+"}})
     assert r.status_code == 400 and "unclosed group" in r.json()["error"]["message"], r.text
-    # The router cannot compile grammars; the worker refuses it with invalid_request.
+    # The router cannot compile grammars; the worker refuses it with invalid_constraint,
+    # and the 400 names the field the constraint came from.
     r = requests.post(f"{server.base_url}/generate", timeout=60, json={
         "text": "x", "sampling_params": {"ebnf": "root ::= undefined_rule"}})
     assert r.status_code == 400 and "undefined_rule" in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == "ebnf", r.text
+
+
+def test_a_schema_the_grammar_engine_refuses_is_a_400_naming_its_field(server: Server) -> None:
+    """Valid JSON Schema that llguidance does not implement (`not`) passes the router's
+    metaschema check; the worker's refusal names the field, as the router's own do."""
+    schema = {"type": "object", "not": {"required": ["a"]}}
+    client = server.client()
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=8,
+            response_format=_schema_format(schema))  # type: ignore[arg-type]
+    body = info.value.body
+    assert body["param"] == "response_format", body  # type: ignore[index]
+    assert '"not"' in body["message"], body  # type: ignore[index]
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=8, tools=[tool],  # type: ignore[list-item]
+            tool_choice="required")
+    assert info.value.body["param"] == "tools", info.value.body  # type: ignore[index]

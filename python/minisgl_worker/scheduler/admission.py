@@ -34,5 +34,5 @@ def admit(msg: Generate, engine: Engine, max_context: int, grammars: GrammarCach
         try:
             req.matcher = RequestMatcher(grammars.matcher(msg.sampling.constraint))
         except GrammarError as e:
-            return Error(msg.rid, ErrorCode.INVALID_REQUEST, str(e))
+            return Error(msg.rid, ErrorCode.INVALID_CONSTRAINT, str(e))
     return req

@@ -12,7 +12,7 @@
 //! A request gives at most one of them. Schemas are checked against their metaschema (the
 //! `jsonschema` crate) and regexes parsed (`regex-syntax`, the syntax llguidance reads),
 //! so a mistake is a 400 naming it before anything reaches a worker; a grammar that does
-//! not compile is refused by the worker (`invalid_request`, also a 400).
+//! not compile is refused by the worker (`invalid_constraint`, also a 400 naming the field).
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -50,8 +50,8 @@ struct StructuredOutputs {
     grammar: Option<String>,
 }
 
-/// The request's constraint, if any; every source checked.
-pub fn from_common(c: &CommonParams) -> Result<Option<Constraint>, ApiError> {
+/// The request's constraint, if any, with the field it came from; every source checked.
+pub fn from_common(c: &CommonParams) -> Result<Option<(&'static str, Constraint)>, ApiError> {
     let mut found: Vec<(&str, Constraint)> = Vec::new();
     if let Some(v) = &c.response_format {
         if let Some(constraint) = response_format(v)? {
@@ -72,7 +72,7 @@ pub fn from_common(c: &CommonParams) -> Result<Option<Constraint>, ApiError> {
     }
     match found.len() {
         0 => Ok(None),
-        1 => Ok(found.pop().map(|(_, c)| c)),
+        1 => Ok(found.pop()),
         _ => {
             let names: Vec<&str> = found.iter().map(|(n, _)| *n).collect();
             Err(ApiError::invalid(

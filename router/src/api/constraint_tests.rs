@@ -8,7 +8,7 @@ fn common(body: Value) -> CommonParams {
 }
 
 fn parse(body: Value) -> Result<Option<Constraint>, ApiError> {
-    from_common(&common(body))
+    Ok(from_common(&common(body))?.map(|(_, c)| c))
 }
 
 fn kind_and_source(body: Value) -> (ConstraintKind, String) {

@@ -66,6 +66,8 @@ pub struct Generation {
     request: Option<RequestStream>,
     /// What it was sent with, to send it again (once) if its worker fails first.
     sampling: Sampling,
+    /// The request field its constraint came from, named when the worker refuses it.
+    constraint_field: Option<&'static str>,
     retried: bool,
     state: AppState,
     decoder: IncrementalDecoder,
@@ -140,6 +142,7 @@ pub async fn start_n(
         copies.push(Generation {
             request: Some(request),
             sampling,
+            constraint_field: params.constraint_field,
             retried: false,
             state: state.clone(),
             decoder: IncrementalDecoder::new(),
@@ -197,6 +200,10 @@ impl Generation {
             };
             match event {
                 Some(Event::Token(out)) => self.on_token(out),
+                Some(Event::Refused(refusal)) => {
+                    self.request = None;
+                    return Some(Err(refusal.into_error(self.constraint_field)));
+                }
                 Some(Event::Failed(e)) => {
                     let failed = self.request.take()?;
                     if !self.retryable(&e) {

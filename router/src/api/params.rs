@@ -21,6 +21,8 @@ pub struct GenParams {
     pub default_max_tokens: Option<u32>,
     /// The field that set `max_tokens` (for messages): `max_tokens` or `max_completion_tokens`.
     pub max_tokens_field: &'static str,
+    /// The field `sampling.constraint` came from, which a worker's refusal of it names.
+    pub constraint_field: Option<&'static str>,
     pub stops: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
@@ -90,11 +92,17 @@ pub fn validate(
             "`stream_options` is only allowed with `stream` = true",
         ));
     }
+    let sampling = sampling(common, endpoint)?;
+    let (constraint_field, constraint) = constraint(common)?.unzip();
     Ok(GenParams {
-        sampling: sampling(common, endpoint)?,
+        sampling: Sampling {
+            constraint,
+            ..sampling
+        },
         max_tokens,
         default_max_tokens,
         max_tokens_field,
+        constraint_field,
         stops: stops(common.stop.as_ref())?,
         stream,
         include_usage,
@@ -149,13 +157,13 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
         logprobs: e.logprobs,
         top_logprobs: top_logprobs(e)?,
         logit_bias: logit_bias(c)?,
-        constraint: constraint(c)?,
+        constraint: None, // with the field it came from, by `constraint`
     })
 }
 
 /// The output constraint; `min_tokens` cannot be combined with one (the grammar alone
 /// decides where a constrained output may end).
-fn constraint(c: &CommonParams) -> Result<Option<Constraint>, ApiError> {
+fn constraint(c: &CommonParams) -> Result<Option<(&'static str, Constraint)>, ApiError> {
     let found = constraint::from_common(c)?;
     if found.is_some() && c.min_tokens.unwrap_or(0) > 0 {
         return Err(ApiError::invalid(

@@ -3,7 +3,8 @@
 //! ran) and a `cache_events` listing its cache, then every tick emits one token for each
 //! running request: the scripted reply, then EOS (`finish: stop`), or `finish: length` at
 //! the limit. Its cache (page size 1) keeps every finished prompt, reported before the last
-//! token.
+//! token. Like the real worker's grammar engine, it refuses a constraint with a JSON
+//! Schema `not` (`invalid_constraint`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,15 +141,10 @@ async fn serve(
                             input_ids.clone(),
                             sampling.clone(),
                         ));
-                        if input_ids.len() as u32 > script.max_context {
-                            let message = format!(
-                                "prompt has {} tokens; the context is {}",
-                                input_ids.len(),
-                                script.max_context
-                            );
+                        if let Some((code, message)) = refusal(&input_ids, &sampling, &script) {
                             replies.push(WorkerMsg::Error {
                                 rid: Some(rid),
-                                code: ErrorCode::ContextTooLong,
+                                code,
                                 message,
                             });
                         } else {
@@ -238,4 +234,25 @@ fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenO
         });
     }
     outputs
+}
+
+/// Why the fake worker refuses a request, if it does.
+fn refusal(
+    input_ids: &[u32],
+    sampling: &Sampling,
+    script: &FakeScript,
+) -> Option<(ErrorCode, String)> {
+    if input_ids.len() as u32 > script.max_context {
+        let message = format!(
+            "prompt has {} tokens; the context is {}",
+            input_ids.len(),
+            script.max_context
+        );
+        return Some((ErrorCode::ContextTooLong, message));
+    }
+    let constraint = sampling.constraint.as_ref()?;
+    constraint.source.contains(r#""not""#).then(|| {
+        let message = r#"json_schema constraint: Unimplemented keys: ["not"]"#;
+        (ErrorCode::InvalidConstraint, message.to_string())
+    })
 }

@@ -13,5 +13,5 @@ mod supervisor;
 pub mod tp_check;
 
 pub use client::{WorkerClient, WorkerState};
-pub use registry::Event;
+pub use registry::{Event, Refusal};
 pub use request::RequestStream;

@@ -1,4 +1,4 @@
-//! The router <-> worker protocol, version 5 (docs/protocol.md is the specification).
+//! The router <-> worker protocol, version 6 (docs/protocol.md is the specification).
 //!
 //! A frame is `{"v": 5, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
@@ -6,7 +6,7 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// What a constraint's `source` holds (docs/protocol.md, "constraint").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +142,8 @@ pub struct Load {
 pub enum ErrorCode {
     /// The request cannot be served as given (no input ids, a token outside the vocabulary).
     InvalidRequest,
+    /// The request's constraint does not compile (the grammar engine refused it).
+    InvalidConstraint,
     /// The prompt does not fit this worker's context.
     ContextTooLong,
     /// A frame or message that does not follow the protocol (the router's bug).
@@ -313,6 +315,11 @@ mod tests {
                 rid: Some(10),
                 code: ErrorCode::InvalidRequest,
                 message: "input_ids is empty".into(),
+            },
+            WorkerMsg::Error {
+                rid: Some(12),
+                code: ErrorCode::InvalidConstraint,
+                message: "json_schema constraint: Unimplemented keys: [\"not\"]".into(),
             },
             WorkerMsg::Error {
                 rid: Some(11),

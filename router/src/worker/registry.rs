@@ -19,7 +19,36 @@ use crate::routing::index::{Accuracy, RoutedBlocks};
 #[derive(Debug)]
 pub enum Event {
     Token(TokenOutput),
+    /// The worker refused or failed the request (its `error`).
+    Refused(Refusal),
+    /// The request was lost without a word from the worker (it is gone, or shut down).
     Failed(ApiError),
+}
+
+/// A worker's `error` for one request. The API layer turns it into the client's error,
+/// knowing which request field a constraint came from (`Refusal::into_error`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    /// The client's error, by the code alone: what the client asked for is a 400 (a
+    /// constraint's names `constraint_field`, the field it came from), the rest is ours.
+    pub fn into_error(self, constraint_field: Option<&str>) -> ApiError {
+        let message = self.message;
+        match self.code {
+            ErrorCode::InvalidRequest | ErrorCode::ContextTooLong => ApiError::bad_request(message),
+            ErrorCode::InvalidConstraint => ApiError::BadRequest {
+                message,
+                param: constraint_field.map(str::to_string),
+            },
+            ErrorCode::BadMessage | ErrorCode::Internal => {
+                ApiError::Internal(format!("worker error: {message}"))
+            }
+        }
+    }
 }
 
 pub(super) type Sender = mpsc::UnboundedSender<Event>;
@@ -108,11 +137,11 @@ impl Registry {
         }
     }
 
-    /// Ends request `rid` with `error` (the worker refused or failed it).
-    pub(super) fn fail(&self, rid: u64, error: ApiError) {
+    /// Ends request `rid` with the worker's `refusal`.
+    pub(super) fn refuse(&self, rid: u64, refusal: Refusal) {
         let entry = self.inner.lock().unwrap().take(rid);
         if let Some(entry) = entry {
-            let _ = entry.tx.send(Event::Failed(error));
+            let _ = entry.tx.send(Event::Refused(refusal));
         }
     }
 
@@ -132,17 +161,6 @@ impl Registry {
             rids.push(rid);
         }
         rids
-    }
-}
-
-/// A worker's error as the client sees it, by its code: what the client asked for is a 400,
-/// the rest is ours (500).
-pub(super) fn worker_error(code: ErrorCode, message: String) -> ApiError {
-    match code {
-        ErrorCode::InvalidRequest | ErrorCode::ContextTooLong => ApiError::bad_request(message),
-        ErrorCode::BadMessage | ErrorCode::Internal => {
-            ApiError::Internal(format!("worker error: {message}"))
-        }
     }
 }
 
@@ -219,23 +237,44 @@ mod tests {
         registry.with_routed(|r| {
             assert!(r.contains(10) && r.contains(12) && !r.contains(11) && !r.contains(20))
         });
-        registry.fail(2, ApiError::Internal("x".into()));
+        registry.refuse(2, refusal(ErrorCode::Internal, "x"));
         registry.with_routed(|r| assert!(r.is_empty()));
+    }
+
+    fn refusal(code: ErrorCode, message: &str) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
     }
 
     #[test]
     fn worker_errors_map_by_code_not_by_wording() {
-        let e = worker_error(ErrorCode::ContextTooLong, "prompt has 9000 tokens".into());
+        let e = refusal(ErrorCode::ContextTooLong, "prompt has 9000 tokens").into_error(None);
         assert_eq!(e, ApiError::bad_request("prompt has 9000 tokens"));
-        let e = worker_error(ErrorCode::InvalidRequest, "input_ids is empty".into());
-        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
+        let e = refusal(ErrorCode::InvalidRequest, "input_ids is empty").into_error(Some("x"));
+        assert_eq!(e, ApiError::bad_request("input_ids is empty"));
         // The wording that used to make a 400 does not: the code decides.
-        let e = worker_error(ErrorCode::Internal, "invalid prompt: too long".into());
+        let e = refusal(ErrorCode::Internal, "invalid prompt: too long").into_error(None);
         assert_eq!(
             e,
             ApiError::Internal("worker error: invalid prompt: too long".into())
         );
-        let e = worker_error(ErrorCode::BadMessage, "bad generate".into());
+        let e = refusal(ErrorCode::BadMessage, "bad generate").into_error(None);
         assert_eq!(e.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn a_constraint_the_worker_refuses_names_the_field_it_came_from() {
+        let refused = refusal(ErrorCode::InvalidConstraint, "regex constraint: bad");
+        let e = refused.clone().into_error(Some("response_format"));
+        assert_eq!(
+            e,
+            ApiError::invalid("response_format", "regex constraint: bad")
+        );
+        assert_eq!(
+            refused.into_error(None),
+            ApiError::bad_request("regex constraint: bad")
+        );
     }
 }

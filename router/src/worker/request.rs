@@ -54,7 +54,7 @@ impl RequestStream {
         let event = self.events.recv().await;
         match &event {
             Some(Event::Token(out)) if out.finish.is_none() => {}
-            Some(Event::Failed(_)) => self.finished = true,
+            Some(Event::Failed(_) | Event::Refused(_)) => self.finished = true,
             _ => self.finish(),
         }
         event

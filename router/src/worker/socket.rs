@@ -19,7 +19,7 @@ use zeromq::{
 
 use super::client::Inner;
 use super::protocol::{decode_frame, encode_frame, RouterMsg, WorkerMsg};
-use super::registry::worker_error;
+use super::registry::Refusal;
 
 /// One connect attempt; zmq.rs backs off up to 30 s between its own retries, which would
 /// delay a worker that binds late, so attempts are short and repeated here.
@@ -151,7 +151,7 @@ fn handle(inner: &Inner, msg: WorkerMsg) {
             rid: Some(rid),
             code,
             message,
-        } => inner.requests.fail(rid, worker_error(code, message)),
+        } => inner.requests.refuse(rid, Refusal { code, message }),
         WorkerMsg::Error {
             rid: None,
             code,

@@ -87,6 +87,11 @@ FRAMES = {
             message="prompt has 9000 tokens; the context is 8192",
         ),
         Error(rid=10, code=ErrorCode.INVALID_REQUEST, message="input_ids is empty"),
+        Error(
+            rid=12,
+            code=ErrorCode.INVALID_CONSTRAINT,
+            message='json_schema constraint: Unimplemented keys: ["not"]',
+        ),
         Error(rid=11, code=ErrorCode.INTERNAL, message="worker step failed"),
         Error(rid=None, code=ErrorCode.BAD_MESSAGE, message="frame version must be 1; got 2"),
         Load(

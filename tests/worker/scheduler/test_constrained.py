@@ -76,13 +76,13 @@ def test_constrained_and_free_requests_share_batches(engine_factory: Any, folder
         rid: results[0][rid][0] for rid in (0, 3)}
 
 
-def test_a_constraint_that_does_not_compile_is_an_invalid_request(
+def test_a_constraint_that_does_not_compile_is_an_invalid_constraint(
     engine_factory: Any, folder: Path
 ) -> None:
     sched = Scheduler(engine_factory(folder, kv_tokens=256))
     bad = SamplingParams(constraint=Constraint(ConstraintKind.JSON_SCHEMA, '{"type": 3}'))
     error = sched.add_request(Generate(1, [1, 2, 3], bad))
-    assert error is not None and error.code is ErrorCode.INVALID_REQUEST
+    assert error is not None and error.code is ErrorCode.INVALID_CONSTRAINT
     assert error.message.startswith("json_schema constraint:"), error.message
     assert not sched.has_work
 

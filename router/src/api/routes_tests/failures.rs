@@ -124,6 +124,30 @@ async fn worker_refusals_are_client_errors_before_streaming_starts() {
     );
 }
 
+#[tokio::test]
+async fn a_constraint_the_worker_refuses_is_a_400_naming_its_field() {
+    let s = Setup::new(false, 4096, 4096).await;
+    let schema = json!({"type": "object", "not": {"required": ["a"]}});
+    let format = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}});
+    let tool = json!({"type": "function", "function": {"name": "f", "parameters": schema}});
+    for (body, field) in [
+        (json!({"response_format": format}), "response_format"),
+        (json!({"tools": [tool], "tool_choice": "required"}), "tools"),
+        (
+            json!({"tools": [tool], "stream": true, "tool_choice": "required"}),
+            "tools",
+        ),
+    ] {
+        let e = error_of(&s, chat(body), StatusCode::BAD_REQUEST).await;
+        assert_eq!(e["param"], field, "{e}");
+        assert_eq!(e["type"], "invalid_request_error", "{e}");
+        assert!(e["message"].as_str().unwrap().contains("not"), "{e}");
+    }
+    let body = json!({"text": "hi", "sampling_params": {"json_schema": schema.to_string()}});
+    let e = error_of(&s, post("/generate", body), StatusCode::BAD_REQUEST).await;
+    assert_eq!(e["param"], "json_schema", "{e}");
+}
+
 async fn error_of(s: &Setup, req: Request<Body>, expected: StatusCode) -> Value {
     let (status, body) = send_json(s.app(), req).await;
     assert_eq!(status, expected, "{body}");

@@ -59,6 +59,7 @@ pub fn prepare(
         }
         let constraint = forced_calls(state.tool_format, &tools.callable(), tools.max_calls());
         params.sampling.constraint = Some(constraint);
+        params.constraint_field = Some("tools");
     } else if tools.strict() && params.sampling.constraint.is_none() {
         if common.min_tokens.unwrap_or(0) > 0 {
             return Err(ApiError::invalid(
@@ -68,6 +69,7 @@ pub fn prepare(
             ));
         }
         let constraint = strict_auto(state.tool_format, &tools.callable(), tools.max_calls());
+        params.constraint_field = constraint.as_ref().map(|_| "tools");
         params.sampling.constraint = constraint;
     }
     let plan = OutputPlan {
