@@ -1,6 +1,6 @@
 """The router <-> worker protocol, version 6 (docs/protocol.md is the specification).
 
-Messages are dataclasses; a frame is `{"v": 5, "msgs": [...]}` encoded with msgpack. Field
+Messages are dataclasses; a frame is `{"v": 6, "msgs": [...]}` encoded with msgpack. Field
 order in each dataclass is the wire order: `encode_frame` emits maps in that order so the
 bytes match the Rust side (tests/data/protocol/ holds the golden vectors both sides check).
 """

@@ -1,6 +1,6 @@
 //! The router <-> worker protocol, version 6 (docs/protocol.md is the specification).
 //!
-//! A frame is `{"v": 5, "msgs": [...]}` in msgpack. Field order in every struct below is the
+//! A frame is `{"v": 6, "msgs": [...]}` in msgpack. Field order in every struct below is the
 //! wire order, and `encode_frame` writes maps keyed by name, so the bytes match the Python
 //! encoder (the golden vectors in tests/data/protocol/ check both sides).
 
