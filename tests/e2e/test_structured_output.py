@@ -67,6 +67,35 @@ def test_json_schema_stream_equals_the_whole_answer(server: Server) -> None:
     jsonschema.validate(json.loads(streamed), PERSON)
 
 
+def test_objects_that_list_their_keys_take_only_those(server: Server) -> None:
+    """As XGrammar's strict mode reads schemas: no `additionalProperties` is false (JSON
+    Schema would allow any key, and this model then adds keys to most answers)."""
+    city = {"type": "object", "required": ["city"],
+            "properties": {"city": {"type": "string", "maxLength": 12},
+                           "population": {"type": "integer"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+    client = server.client()
+    def answer(seed: int) -> str:
+        resp = client.chat.completions.create(
+            model=MODEL, temperature=1.0, seed=seed, max_tokens=60,
+            messages=[{"role": "user", "content": "Tell me about Paris as JSON."}],
+            response_format=_schema_format(city))  # type: ignore[arg-type]
+        return resp.choices[0].message.content or ""
+    def arguments(seed: int) -> str:
+        resp = client.chat.completions.create(
+            model=MODEL, temperature=1.0, seed=seed, max_tokens=60, tools=[tool],  # type: ignore[list-item]
+            messages=[{"role": "user", "content": "call f"}], tool_choice="required")
+        return resp.choices[0].message.tool_calls[0].function.arguments  # type: ignore[index, union-attr]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(answer, range(6)))
+        calls = list(pool.map(arguments, range(1, 5)))
+    for text in answers:
+        assert set(json.loads(text)) <= {"city", "population"}, text
+    for args in calls:
+        assert set(json.loads(args)) == {"a"}, args
+
+
 def test_json_object_outputs_parse(server: Server) -> None:
     for seed in range(2):
         resp = server.client().chat.completions.create(

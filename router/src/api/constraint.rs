@@ -17,6 +17,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::api::closed_objects::close_objects;
 use crate::api::openai::{from_map, CommonParams};
 use crate::error::ApiError;
 use crate::worker::protocol::{Constraint, ConstraintKind};
@@ -196,6 +197,8 @@ fn schema_constraint(field: &str, schema: &Value) -> Result<Constraint, ApiError
         return Err(invalid(field, "the schema must be a JSON object"));
     }
     check_schema(schema).map_err(|e| invalid(field, e))?;
+    let mut schema = schema.clone();
+    close_objects(&mut schema);
     Ok(Constraint {
         kind: ConstraintKind::JsonSchema,
         source: schema.to_string(),

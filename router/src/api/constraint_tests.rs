@@ -29,9 +29,12 @@ fn response_format_types() {
     let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
     let body = json!({"response_format": {"type": "json_schema",
         "json_schema": {"name": "thing", "schema": schema, "strict": true}}});
+    // Sent with its object closed (closed_objects.rs).
+    let mut sent = schema.clone();
+    sent["additionalProperties"] = json!(false);
     assert_eq!(
         kind_and_source(body),
-        (ConstraintKind::JsonSchema, schema.to_string())
+        (ConstraintKind::JsonSchema, sent.to_string())
     );
 }
 

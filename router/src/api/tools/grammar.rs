@@ -11,6 +11,7 @@
 use serde_json::{json, Value};
 
 use super::request::Tool;
+use crate::api::closed_objects::close_objects;
 use crate::text::tool_calls::ToolFormat;
 use crate::worker::protocol::{Constraint, ConstraintKind};
 
@@ -93,7 +94,11 @@ fn call_schema(format: ToolFormat, tools: &[&Tool]) -> Value {
             properties.insert("name".into(), json!({"const": t.function.name}));
             let parameters = match t.function.strict {
                 Some(false) => json!({"type": "object"}),
-                _ => t.function.parameters_schema(),
+                _ => {
+                    let mut schema = t.function.parameters_schema();
+                    close_objects(&mut schema);
+                    schema
+                }
             };
             properties.insert(args.into(), parameters);
             json!({
