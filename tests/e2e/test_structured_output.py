@@ -198,7 +198,7 @@ def test_invalid_regexes_and_grammars_are_400s(server: Server) -> None:
     r = requests.post(f"{server.base_url}/generate", timeout=60, json={
         "text": "x", "sampling_params": {"ebnf": "root ::= undefined_rule"}})
     assert r.status_code == 400 and "undefined_rule" in r.json()["error"]["message"], r.text
-    assert r.json()["error"]["param"] == "ebnf", r.text
+    assert r.json()["error"]["param"] == "sampling_params.ebnf", r.text
 
 
 def test_a_schema_the_grammar_engine_refuses_is_a_400_naming_its_field(server: Server) -> None:

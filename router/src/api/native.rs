@@ -99,8 +99,36 @@ const RENAMED: [(&str, &str); 2] = [
 /// `CommonParams` fields that are not sampling parameters.
 const NOT_SAMPLING: [&str; 4] = ["stream", "stream_options", "n", "user"];
 
-/// SGLang's native generate: `{text | input_ids, sampling_params, stream}`.
+/// SGLang's native generate: `{text | input_ids, sampling_params, stream}`. Its errors name
+/// the fields as its client wrote them (`native_error`).
 pub async fn generate(state: &AppState, req: GenerateRequest) -> Result<Response, ApiError> {
+    generate_as_openai(state, req).await.map_err(native_error)
+}
+
+/// An error about a field in our names (`validate`'s, the shared generation's) named as
+/// /generate's client wrote it: a sampling field under `sampling_params.`, by SGLang's name
+/// (`sampling_params.max_new_tokens` for our `max_tokens`); token ids as `input_ids`.
+fn native_error(error: ApiError) -> ApiError {
+    let ApiError::BadRequest {
+        message,
+        param: Some(param),
+    } = error
+    else {
+        return error;
+    };
+    if param == "prompt" {
+        return ApiError::invalid("input_ids", message.replace("`prompt`", "`input_ids`"));
+    }
+    let name = RENAMED
+        .iter()
+        .find(|(_, ours)| *ours == param)
+        .map_or(param.as_str(), |(native, _)| native);
+    let native = format!("sampling_params.{name}");
+    let message = message.replace(&format!("`{param}`"), &format!("`{native}`"));
+    ApiError::invalid(&native, message)
+}
+
+async fn generate_as_openai(state: &AppState, req: GenerateRequest) -> Result<Response, ApiError> {
     let prompt = match (req.text, req.input_ids) {
         (Some(text), None) => PromptInput::Text {
             text,
@@ -116,8 +144,10 @@ pub async fn generate(state: &AppState, req: GenerateRequest) -> Result<Response
     let mut map = Map::new();
     for (key, value) in req.sampling_params {
         if NOT_SAMPLING.contains(&key.as_str()) {
-            let message = format!("unsupported parameter `sampling_params.{key}`");
-            return Err(ApiError::invalid("sampling_params", message));
+            return Err(ApiError::invalid(
+                &key,
+                format!("unsupported parameter `{key}`"),
+            ));
         }
         let key = RENAMED
             .iter()

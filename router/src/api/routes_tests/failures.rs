@@ -145,7 +145,7 @@ async fn a_constraint_the_worker_refuses_is_a_400_naming_its_field() {
     }
     let body = json!({"text": "hi", "sampling_params": {"json_schema": schema.to_string()}});
     let e = error_of(&s, post("/generate", body), StatusCode::BAD_REQUEST).await;
-    assert_eq!(e["param"], "json_schema", "{e}");
+    assert_eq!(e["param"], "sampling_params.json_schema", "{e}");
 }
 
 async fn error_of(s: &Setup, req: Request<Body>, expected: StatusCode) -> Value {

@@ -49,8 +49,8 @@ async fn the_servers_limits_are_named_in_400s() {
                 "/generate",
                 json!({"text": "x", "sampling_params": {"max_new_tokens": 9}}),
             ),
-            "max_tokens",
-            "`max_tokens` must be at most 8 (--max-tokens-limit); got 9",
+            "sampling_params.max_new_tokens",
+            "`sampling_params.max_new_tokens` must be at most 8 (--max-tokens-limit); got 9",
         ),
         (
             chat(json!({"n": 3})),

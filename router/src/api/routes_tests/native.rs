@@ -63,6 +63,50 @@ async fn native_generate_returns_text_ids_and_meta_info() {
         body["error"]["message"],
         "unsupported parameter `sampling_params.n`"
     );
+    assert_eq!(body["error"]["param"], "sampling_params.n");
+}
+
+#[tokio::test]
+async fn native_errors_name_the_fields_as_the_client_wrote_them() {
+    let s = Setup::normal().await;
+    for (body, param, message) in [
+        (
+            json!({"text": "x", "sampling_params": {"max_new_tokens": 0}}),
+            "sampling_params.max_new_tokens",
+            "`sampling_params.max_new_tokens` must be at least 1; got 0",
+        ),
+        (
+            json!({"text": "x", "sampling_params": {"max_new_tokens": 999}}),
+            "sampling_params.max_new_tokens",
+            "`sampling_params.max_new_tokens` (999) plus the prompt's",
+        ),
+        (
+            json!({"text": "x", "sampling_params": {"min_new_tokens": "2"}}),
+            "sampling_params.min_new_tokens",
+            "`sampling_params.min_new_tokens`: invalid type",
+        ),
+        (
+            json!({"text": "x", "sampling_params": {"temperature": 3}}),
+            "sampling_params.temperature",
+            "`sampling_params.temperature` must be in [0, 2]; got 3",
+        ),
+        (
+            json!({"text": "x", "sampling_params": {"foo": 1}}),
+            "sampling_params.foo",
+            "unsupported parameter `sampling_params.foo`",
+        ),
+        (
+            json!({"input_ids": [1, 99999]}),
+            "input_ids",
+            "token id 99999 is outside the vocabulary",
+        ),
+    ] {
+        let (status, out) = send_json(s.app(), post("/generate", body.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {out}");
+        assert_eq!(out["error"]["param"], param, "{body}: {out}");
+        let said = out["error"]["message"].as_str().unwrap();
+        assert!(said.starts_with(message), "{body}: {said}");
+    }
 }
 
 #[tokio::test]
