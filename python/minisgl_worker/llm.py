@@ -6,7 +6,9 @@
 
 With `tp=N` this process is rank 0 of a TP group and spawns ranks 1..N-1 (each runs the
 worker's `follow` loop on its own engine); every step, rank 0 broadcasts what it added
-before stepping, as a worker's rank 0 does."""
+before stepping, as a worker's rank 0 does. Grammars compile here before `generate` runs
+(a bad one raises first): each constrained request is followed by the word that its
+grammar compiled, which the other ranks wait for (scheduler/compiling.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from .distributed.ranks import LocalRanks, free_addr, rank_device, share_cores
 from .engine import Engine, EngineConfig
 from .protocol import Generate, RouterMsg, SamplingParams, Shutdown
 from .scheduler import Scheduler, follow
-from .scheduler.loop import DropPrefixCache
+from .scheduler.loop import DropPrefixCache, GrammarCompiled
 
 __all__ = ["LLM", "SamplingParams"]
 
@@ -77,7 +79,7 @@ class LLM:
         assert len(plist) == len(prompts), "one SamplingParams per prompt"
         ids = [self.tokenizer.encode(p).ids if isinstance(p, str) else list(p) for p in prompts]
         results: dict[int, dict[str, Any]] = {}
-        added: list[RouterMsg] = []
+        added: list[RouterMsg | GrammarCompiled] = []
         for input_ids, sp in zip(ids, plist):
             msg = Generate(self._next_rid, input_ids, sp)
             self._next_rid += 1
@@ -88,6 +90,8 @@ class LLM:
                 raise ValueError(error.message)
             results[msg.rid] = _empty_result()
             added.append(msg)
+            if sp.constraint is not None:
+                added.append(GrammarCompiled(msg.rid))
         while self.scheduler.has_work:
             self._broadcast(added)
             added = []
@@ -108,7 +112,7 @@ class LLM:
         self.scheduler.drop_prefix_cache()
         self._broadcast([DropPrefixCache()])
 
-    def _broadcast(self, msgs: Sequence[RouterMsg | DropPrefixCache]) -> None:
+    def _broadcast(self, msgs: Sequence[RouterMsg | DropPrefixCache | GrammarCompiled]) -> None:
         """The other ranks apply `msgs` (applied here already) and step with us."""
         if self._ranks is not None:
             get_comm().broadcast_objects(list(msgs))

@@ -71,6 +71,21 @@ def test_tp3_gives_the_tp1_greedy_text(server: Server, tp3: Server) -> None:
     assert greedy(tp3, PROMPTS, 32) == want
 
 
+def test_tp3_serves_a_new_grammar_like_tp1(server: Server, tp3: Server) -> None:
+    """A grammar the group has not cached compiles off each rank's loop; rank 0 tells the
+    others when it is done, so that every rank queues the request at the same turn."""
+    def constrained(target: Server, seed: int) -> str:
+        body = {"model": MODEL, "prompt": "My code is", "max_tokens": 24, "temperature": 1.0,
+                "seed": seed, "regex": f"[0-9]{{3}}-[a-z]{{2,4}}( ok)?{'!' * seed}"}
+        r = requests.post(f"{target.base_url}/v1/completions", json=body, timeout=900)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    with ThreadPoolExecutor(2) as pool:  # two new grammars, sent together
+        on_tp3 = list(pool.map(lambda seed: constrained(tp3, seed), [1, 2]))
+    assert on_tp3 == [constrained(server, seed) for seed in [1, 2]]
+
+
 def test_kill_9_of_one_rank_fails_its_requests_and_takes_the_group_down(tp3: Server) -> None:
     group = ranks(tp3)
     body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2000,

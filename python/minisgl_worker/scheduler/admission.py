@@ -6,14 +6,14 @@ because the KV pool is): each failure is a typed protocol `Error` that names the
 
 from __future__ import annotations
 
-from ..constrain import GrammarCache, GrammarError, RequestMatcher
 from ..core import Req
 from ..engine import Engine
 from ..protocol import Error, ErrorCode, Generate
 
 
-def admit(msg: Generate, engine: Engine, max_context: int, grammars: GrammarCache) -> Req | Error:
-    """The request, or the error that says why this worker cannot run it."""
+def admit(msg: Generate, engine: Engine, max_context: int) -> Req | Error:
+    """The request (its grammar not yet attached: compiling.py), or the error that says why
+    this worker cannot run it."""
     n, vocab = len(msg.input_ids), engine.model_config.vocab_size
     if n == 0:
         return Error(msg.rid, ErrorCode.INVALID_REQUEST, "input_ids is empty")
@@ -29,10 +29,5 @@ def admit(msg: Generate, engine: Engine, max_context: int, grammars: GrammarCach
     if bad:
         message = f"input_ids has {bad[0]} outside the vocabulary [0, {vocab})"
         return Error(msg.rid, ErrorCode.INVALID_REQUEST, message)
-    req = Req(msg.rid, msg.input_ids, msg.sampling)
-    if msg.sampling.constraint is not None:
-        try:
-            req.matcher = RequestMatcher(grammars.matcher(msg.sampling.constraint))
-        except GrammarError as e:
-            return Error(msg.rid, ErrorCode.INVALID_CONSTRAINT, str(e))
-    return req
+    return Req(msg.rid, msg.input_ids, msg.sampling)
+

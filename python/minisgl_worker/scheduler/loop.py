@@ -8,7 +8,9 @@ In a TP group rank 0 runs `serve` and every other rank `follow`. Each turn rank 
 broadcasts the turn's messages in one collective (what came from the router, plus the
 aborts rank 0 decided alone), and every rank applies the same messages in the same order
 before the same step: their schedulers stay identical, so they run the same batches (the
-engine also broadcasts rank 0's sampled tokens). Only rank 0 sends."""
+engine also broadcasts rank 0's sampled tokens). Only rank 0 sends. A new grammar compiles
+off the loop on every rank; rank 0 adds the word that it is done (`GrammarCompiled`) to a
+turn's messages, and each rank queues the request then (scheduler/compiling.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from ..protocol import (
     TokenOutput,
 )
 from .io import ZmqIO
+from .report import check_invariants, load
 from .scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,16 @@ class DropPrefixCache:
     only broadcast inside a TP group)."""
 
 
+@dataclass(frozen=True, slots=True)
+class GrammarCompiled:
+    """Rank 0's word that request `rid`'s grammar compiled (or failed): every rank queues it
+    (or ends it) at the same turn (never on the wire: scheduler/compiling.py)."""
+
+    rid: int
+
+
+# How often an otherwise idle loop looks whether a grammar has compiled.
+COMPILE_POLL_S = 0.002
 LOAD_INTERVAL_BUSY_S = 0.5
 LOAD_INTERVAL_IDLE_S = 1.0
 
@@ -66,15 +79,15 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
     last_load = time.monotonic()
     pending: list[RouterMsg] = []  # aborts decided here, applied with the next turn's msgs
     while True:
-        msgs: list[RouterMsg] = pending
+        msgs: list[RouterMsg | GrammarCompiled] = list(pending)
         out: list[Msg] = []
         if parent_pid is not None and os.getppid() != parent_pid:
             logger.error("the router (pid %d) is gone: exiting", parent_pid)
             msgs = [Shutdown()]
         else:
-            wait = 0.0 if scheduler.has_work else _until_load(last_load, LOAD_INTERVAL_IDLE_S)
-            received, errors = io.recv(wait)
-            msgs = msgs + received
+            received, errors = io.recv(_wait(scheduler, last_load))
+            msgs += received
+            msgs += [GrammarCompiled(rid) for rid in scheduler.compiling.done()]
             out += errors
         if comm is not None:
             comm.broadcast_objects(msgs)
@@ -94,7 +107,7 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
         interval = LOAD_INTERVAL_BUSY_S if scheduler.has_work else LOAD_INTERVAL_IDLE_S
         if time.monotonic() - last_load >= interval:
             last_load = time.monotonic()
-            io.send([scheduler.load()])
+            io.send([load(scheduler)])
 
 
 def follow(scheduler: Scheduler, comm: Communicator) -> None:
@@ -109,8 +122,16 @@ def follow(scheduler: Scheduler, comm: Communicator) -> None:
         scheduler.cache.events()  # rank 0 reports the cache (the same blocks): drop ours
 
 
-def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache], out: list[Msg],
-           ready: Ready | None) -> bool:
+def _wait(scheduler: Scheduler, last_load: float) -> float:
+    """How long to wait for a message: not at all while there is a step to run, a moment
+    while only grammars compile, else until the next Load is due."""
+    if not scheduler.has_work:
+        return _until_load(last_load, LOAD_INTERVAL_IDLE_S)
+    return COMPILE_POLL_S if scheduler.only_compiling else 0.0
+
+
+def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache | GrammarCompiled],
+           out: list[Msg], ready: Ready | None) -> bool:
     """Apply one turn's messages in order, appending what to send to `out` -> whether a
     Shutdown came."""
     for msg in msgs:
@@ -125,6 +146,10 @@ def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache], ou
             continue
         if isinstance(msg, DropPrefixCache):
             scheduler.drop_prefix_cache()
+            continue
+        if isinstance(msg, GrammarCompiled):
+            error = scheduler.grammar_compiled(msg.rid)
+            out += [error] if error is not None else []
             continue
         error = _handle(scheduler, msg)
         if error is not None:
@@ -144,8 +169,8 @@ def _abort_all(scheduler: Scheduler, why: str) -> list[int]:
 
 def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
     try:
-        if isinstance(msg, Generate):
-            return scheduler.add_request(msg)
+        if isinstance(msg, Generate):  # a new grammar compiles off the loop
+            return scheduler.add_request(msg, compile_now=False)
         if isinstance(msg, Abort):
             scheduler.abort(msg.rid)
             return None
@@ -162,7 +187,7 @@ def _step(scheduler: Scheduler, out: list[Msg], fatal: bool) -> list[TokenOutput
     try:
         outputs = scheduler.step()
         if CHECK_INVARIANTS:
-            scheduler.check_invariants()
+            check_invariants(scheduler)
         return outputs
     except Exception as e:
         if fatal:

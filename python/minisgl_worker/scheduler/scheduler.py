@@ -42,11 +42,12 @@ from ..constrain import GrammarCache, MaskPrefetch, ReadyMasks
 from ..core import PENDING_TOKEN, Batch, Req, ReqStatus, first_pending
 from ..engine import Engine, ForwardOutput
 from ..kvcache import PageAllocator, create_prefix_cache
-from ..protocol import Error, ErrorCode, Generate, Load, TokenOutput
+from ..protocol import Error, ErrorCode, Generate, TokenOutput
 from .admission import admit
 from .batch import build_batch
 from .budget import GpuPeak, StepBudget, derive
 from .cache import CacheManager
+from .compiling import Compiling
 from .decode import DecodeManager
 from .finish import advance_matchers, finish_reason
 from .prefill import PrefillAdder
@@ -83,6 +84,7 @@ class Scheduler:
         self.grammars = GrammarCache(
             Path(engine.config.model_path) / "tokenizer.json", engine.model_config.vocab_size,
             sorted(self.eos_ids))
+        self.compiling = Compiling(self.grammars)  # held, not queued: grammars compile
         self.masks_ahead = MaskPrefetch(engine.device, engine.model_config.vocab_size)
         self.table = TableManager(engine.page_table)
         self.allocator = PageAllocator(engine.kv_pool.num_pages)
@@ -99,22 +101,40 @@ class Scheduler:
         logger.info("scheduler: cache %s, %s, overlap %s (defaults derived from %s)",
                     prefix_cache, self.budget.describe(), "on" if overlap else "off", derived.why)
 
-    def add_request(self, msg: Generate) -> Error | None:
+    def add_request(self, msg: Generate, compile_now: bool = True) -> Error | None:
+        """Queues the request, or says why not. A grammar that is not cached compiles now,
+        or with `compile_now` False (serving) on a helper thread: the request waits in
+        `compiling` until `grammar_compiled(rid)`."""
         if msg.rid in self.reqs:
             return Error(msg.rid, ErrorCode.BAD_MESSAGE, f"rid {msg.rid} is already running")
-        req = admit(msg, self.engine, self.max_context, self.grammars)
+        req = admit(msg, self.engine, self.max_context)
         if isinstance(req, Error):
             return req
+        ready = self.compiling.attach(req, compile_now)
+        if isinstance(ready, Error):
+            return ready
         self.reqs[req.rid] = req
-        self.budget.enqueue(self.waiting, req)
+        if ready:
+            self.budget.enqueue(self.waiting, req)
         return None
+
+    def grammar_compiled(self, rid: int) -> Error | None:
+        """Queues a request whose grammar compiled, or ends it with the error."""
+        done = self.compiling.finish(rid)
+        if isinstance(done, Req):
+            self.budget.enqueue(self.waiting, done)
+        elif done is not None:
+            del self.reqs[rid]
+        return done if isinstance(done, Error) else None
 
     def abort(self, rid: int) -> None:
         """Forget the request and free what it holds; unknown or finished rids are a no-op."""
         req = self.reqs.get(rid)
         if req is None:
             return
-        if req.status == ReqStatus.WAITING:
+        if self.compiling.discard(rid):
+            pass
+        elif req.status == ReqStatus.WAITING:
             self.waiting.remove(req)
         elif req in self.prefilling:
             self.prefilling.remove(req)
@@ -123,8 +143,9 @@ class Scheduler:
         self._end(req, ReqStatus.ABORTED)
 
     def shutdown(self) -> None:
-        """Stops the grammar masks' helper thread (idle between steps)."""
+        """Stops the grammar helper threads: the masks' (idle between steps), the compiles'."""
         self.masks_ahead.shutdown()
+        self.grammars.shutdown()
 
     def drop_prefix_cache(self) -> None:
         """Evict every cached prefix (idle only): a benchmark's repetition starts cold."""
@@ -134,6 +155,11 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         return bool(self.reqs) or self._inflight is not None or self._next is not None
+
+    @property
+    def only_compiling(self) -> bool:
+        """Every request held waits for its grammar: a step would have nothing to run."""
+        return len(self.compiling) == len(self.reqs) and self._inflight is self._next is None
 
     def step(self) -> list[TokenOutput]:
         done, self._inflight = self._inflight, None  # batch N, launched by the last step
@@ -271,22 +297,3 @@ class Scheduler:
         self.table.free(req.table_idx)
         req.status, req.table_idx, req.cached_len, req.device_len = ReqStatus.WAITING, -1, 0, 0
         self.waiting.appendleft(req)
-
-    def load(self) -> Load:
-        ps, cache = self.page_size, self.cache
-        return Load(waiting=len(self.waiting), running=len(self.prefilling) + len(self.decode),
-                    kv_used=cache.num_used_pages * ps,
-                    kv_cached=cache.prefix_cache.sizes().evictable_pages * ps,
-                    kv_total=self.allocator.num_pages * ps, prompt_tokens=self.prompt_tokens,
-                    cached_prompt_tokens=self.cached_prompt_tokens)
-
-    def check_invariants(self) -> None:
-        """Page and slot accounting; cheap enough for tests and debug runs."""
-        running = self.prefilling + self.decode.reqs
-        assert len(running) == self.table.num_used, (len(running), self.table.num_used)
-        assert len(running) + len(self.waiting) == len(self.reqs)
-        if not running:
-            sizes = self.cache.prefix_cache.sizes()
-            free = self.allocator.num_free + sizes.evictable_pages
-            assert sizes.protected_pages == 0 and free == self.allocator.num_pages
-

@@ -15,6 +15,7 @@ import pytest
 from minisgl_worker.default_model import ensure_default_model
 from minisgl_worker.protocol import Constraint, ConstraintKind, ErrorCode, Generate, SamplingParams
 from minisgl_worker.scheduler import Scheduler
+from minisgl_worker.scheduler.report import check_invariants
 from tokenizers import Tokenizer
 
 from .test_scheduler import assert_all_free, run, tokens
@@ -110,7 +111,7 @@ def test_an_abort_of_a_request_planned_ahead_ends_it_at_once(
     assert 0 in {r.rid for r in sched._next.reqs}
     sched.abort(0)
     assert 0 not in sched.reqs  # gone, though planned into the batch launched next
-    sched.check_invariants()
+    check_invariants(sched)
     rest = run(sched, [])
     assert 0 not in rest, rest[0]  # not even the token that was in flight
     text = tokenizer.decode(tokens(outs[1] + rest[1]))
@@ -171,3 +172,85 @@ def test_beside_unconstrained_decodes_grammar_rows_take_every_other_step(
     assert batches[16:] == [{1}] * (len(results[1][1]) - 8 + 1), batches
     # Only the first token's mask (sampled by the prefill) was the sampler's to fill.
     assert on_the_spot[0] == 1 and not any(on_the_spot[1:]), on_the_spot
+
+
+def _held_compiles(sched: Scheduler) -> threading.Event:
+    """Holds every off-loop grammar compile of `sched` until the returned event is set."""
+    release = threading.Event()
+    compile_ = sched.grammars._compile
+
+    def held(constraint: Constraint) -> Any:
+        assert release.wait(60), "the test never released the compile"
+        return compile_(constraint)
+
+    sched.grammars._compile = held  # type: ignore[method-assign]
+    return release
+
+
+def _compiled(sched: Scheduler, rid: int) -> None:
+    """Waits until rid's compile is done, as the loop does, and hands it to the scheduler."""
+    for _ in range(6000):
+        if rid in sched.compiling.done():
+            break
+        threading.Event().wait(0.01)
+    assert sched.grammar_compiled(rid) is None
+
+
+def test_a_grammar_compiling_off_the_loop_does_not_hold_the_others(
+    engine_factory: Any, folder: Path
+) -> None:
+    """Serving (compile_now False), a grammar the cache lacks compiles on a helper thread:
+    the request waits held but unqueued while the others run to their end; once compiled it
+    runs as it would have. A second request with the same grammar shares the compile."""
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    free, regex, _, _ = _requests(tokenizer)
+    twin = Generate(5, regex.input_ids, regex.sampling)
+    want = run(Scheduler(engine_factory(folder, kv_tokens=2048)), [free, regex])
+    sched = Scheduler(engine_factory(folder, kv_tokens=2048))
+    release = _held_compiles(sched)
+    for msg in (free, regex, twin):
+        assert sched.add_request(msg, compile_now=False) is None
+    assert len(sched.compiling) == 2 and not sched.only_compiling
+    outs: dict[int, list[Any]] = {}
+    while free.rid in sched.reqs:
+        for o in sched.step():
+            outs.setdefault(o.rid, []).append(o)
+        check_invariants(sched)
+    assert set(outs) == {free.rid} and tokens(outs[free.rid]) == tokens(want[free.rid])
+    assert sched.only_compiling and sched.compiling.done() == []
+    release.set()
+    _compiled(sched, regex.rid)
+    assert sched.grammars.num_compiled == 1 and sched.compiling.done() == [twin.rid]
+    _compiled(sched, twin.rid)
+    while sched.has_work:
+        for o in sched.step():
+            outs.setdefault(o.rid, []).append(o)
+    assert tokens(outs[regex.rid]) == tokens(outs[twin.rid]) == tokens(want[regex.rid])
+    assert_all_free(sched)
+    sched.shutdown()
+
+
+def test_a_grammar_that_fails_off_the_loop_ends_its_request_and_an_abort_forgets_one(
+    engine_factory: Any, folder: Path
+) -> None:
+    sched = Scheduler(engine_factory(folder, kv_tokens=256))
+    release = _held_compiles(sched)
+    bad = SamplingParams(constraint=Constraint(ConstraintKind.JSON_SCHEMA, '{"type": 3}'))
+    good = SamplingParams(constraint=Constraint(ConstraintKind.REGEX, "[a-z]+"))
+    assert sched.add_request(Generate(1, [1, 2, 3], bad), compile_now=False) is None
+    assert sched.add_request(Generate(2, [1, 2, 3], good), compile_now=False) is None
+    sched.abort(2)
+    assert list(sched.reqs) == [1] and len(sched.compiling) == 1
+    check_invariants(sched)
+    release.set()
+    for _ in range(6000):
+        if sched.compiling.done():
+            break
+        threading.Event().wait(0.01)
+    error = sched.grammar_compiled(1)
+    assert error is not None and error.code is ErrorCode.INVALID_CONSTRAINT
+    assert error.message.startswith("json_schema constraint:"), error.message
+    assert sched.grammar_compiled(2) is None  # aborted meanwhile: nothing to do
+    assert not sched.has_work
+    assert_all_free(sched)
+    sched.shutdown()

@@ -9,6 +9,7 @@ from typing import Any
 from minisgl_worker.core import PENDING_TOKEN
 from minisgl_worker.protocol import Generate, SamplingParams
 from minisgl_worker.scheduler import Scheduler
+from minisgl_worker.scheduler.report import check_invariants
 
 from .test_scheduler import PROMPTS, assert_all_free, run, tokens
 
@@ -45,13 +46,13 @@ def test_abort_and_finish_of_the_batch_in_flight_free_once(
         assert sched.add_request(Generate(rid, prompt, long)) is None
     for _ in range(6):
         sched.step()
-        sched.check_invariants()
+        check_invariants(sched)
     in_flight = sched._inflight
     assert in_flight is not None
     pending = [r for r in in_flight[0].sample_reqs if r.output_ids[-1] == PENDING_TOKEN]
     assert pending, "the batch in flight samples for running requests"
     sched.abort(pending[0].rid)  # its slot and pages go back now, its token is dropped
-    sched.check_invariants()
+    check_invariants(sched)
     sched.cache.check_integrity()
     outs = run(sched, [])
     assert pending[0].rid not in outs

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from minisgl_worker.protocol import Generate, SamplingParams, TokenOutput
 from minisgl_worker.scheduler import Scheduler
+from minisgl_worker.scheduler.report import check_invariants, load
 
 SHARED = [(11 * i) % 250 + 3 for i in range(80)]
 PROMPTS = [SHARED + [5 + i, 9, 4 + 2 * i] for i in range(4)]
@@ -23,7 +24,7 @@ def run_all(sched: Scheduler, prompts: list[list[int]], first_rid: int = 0) -> l
     while sched.has_work:
         for o in sched.step():
             outs.setdefault(o.rid, []).append(o)
-        sched.check_invariants()
+        check_invariants(sched)
         sched.cache.check_integrity()
     return [outs[first_rid + i] for i in range(len(prompts))]
 
@@ -71,13 +72,13 @@ def test_load_separates_live_kv_from_evictable_cache(
 ) -> None:
     sched = Scheduler(engine_factory(tiny_llama[0], kv_tokens=256))
     run_all(sched, PROMPTS[:1])
-    load = sched.load()
+    now = load(sched)
     # Finished: its prompt and output (all but the last token) stay cached, evictable.
-    assert (load.kv_used, load.kv_cached) == (0, len(PROMPTS[0]) + GREEDY.max_new_tokens - 1)
+    assert (now.kv_used, now.kv_cached) == (0, len(PROMPTS[0]) + GREEDY.max_new_tokens - 1)
     assert sched.add_request(Generate(9, PROMPTS[1], GREEDY)) is None
     sched.step()
-    load = sched.load()
+    now = load(sched)
     # Running: the matched prefix is locked (used), the rest of the old entry stays evictable.
-    assert load.kv_used == len(PROMPTS[1]) and load.kv_used + load.kv_cached == 256 - (
+    assert now.kv_used == len(PROMPTS[1]) and now.kv_used + now.kv_cached == 256 - (
         sched.allocator.num_free
     )

@@ -11,6 +11,7 @@ import pytest
 from minisgl_worker.core import ReqStatus
 from minisgl_worker.protocol import Error, ErrorCode, Generate, SamplingParams, TokenOutput
 from minisgl_worker.scheduler import Scheduler
+from minisgl_worker.scheduler.report import check_invariants, load
 
 PROMPTS = [[(13 * i + 7 * j) % 250 + 3 for j in range(5 + 3 * i)] for i in range(6)]
 GREEDY = SamplingParams(max_new_tokens=12, ignore_eos=True)
@@ -38,7 +39,7 @@ def run(sched: Scheduler, msgs: list[Generate], steps: int = 10_000) -> dict[int
             break
         for o in sched.step():
             outs.setdefault(o.rid, []).append(o)
-        sched.check_invariants()
+        check_invariants(sched)
         sched.cache.check_integrity()
     return outs
 
@@ -48,7 +49,7 @@ def tokens(outs: list[TokenOutput]) -> list[int]:
 
 
 def assert_all_free(sched: Scheduler) -> None:
-    sched.check_invariants()
+    check_invariants(sched)
     sched.cache.check_integrity()
     sizes = sched.cache.prefix_cache.sizes()
     assert not sched.reqs and sizes.protected_pages == 0
@@ -147,7 +148,7 @@ def test_mixed_chunk_size_caps_prefill_beside_decodes(make_scheduler: Any) -> No
         prefill_tokens.append(sum(batch.extend_lens) - len(decodes))
         for o in sched.process_results(batch, sched.launch(batch)):
             outs.setdefault(o.rid, []).append(o.token)
-        sched.check_invariants()
+        check_invariants(sched)
     # The 8- and 11-token prompts go in 4 tokens a step beside the decodes.
     assert max(prefill_tokens) == 4 and sum(prefill_tokens) == 8 + 11
     assert outs == {r: tokens(o) for r, o in ref.items()}
@@ -169,7 +170,7 @@ def test_mixed_step_tokens_caps_steps_with_enough_decodes(make_scheduler: Any) -
                       sum(batch.extend_lens)))
         for o in sched.process_results(batch, sched.launch(batch)):
             outs.setdefault(o.rid, []).append(o.token)
-        sched.check_invariants()
+        check_invariants(sched)
     assert steps[0] == (0, 16)  # nothing decodes yet: a whole chunk (the 5 and 8, 3 of 11)
     mixed = [(d, t) for d, t in steps if d >= 2 and t > d]
     assert len(mixed) > 3 and all(t <= max(8, d + 1) for d, t in mixed), mixed
@@ -191,7 +192,7 @@ def test_abort_in_every_state_frees_everything_once(make_scheduler: Any) -> None
     assert states[2] == states[3] == (ReqStatus.WAITING, False)  # no slot yet
     for rid in (1, 0, 3, 0, 99):  # 0 twice and an unknown rid: no-ops
         sched.abort(rid)
-        sched.check_invariants()
+        check_invariants(sched)
     run(sched, [])  # request 2 gets a slot and runs on
     sched.abort(2)
     assert_all_free(sched)
@@ -247,12 +248,12 @@ def test_load_reports_usage(make_scheduler: Any) -> None:
     sched = make_scheduler(kv_tokens=64)
     assert sched.add_request(Generate(0, PROMPTS[1], GREEDY)) is None
     assert sched.add_request(Generate(1, PROMPTS[2], GREEDY)) is None
-    load = sched.load()
-    assert (load.waiting, load.running, load.kv_used, load.kv_total) == (2, 0, 0, 64)
+    now = load(sched)
+    assert (now.waiting, now.running, now.kv_used, now.kv_total) == (2, 0, 0, 64)
     sched.step()
-    load = sched.load()
-    assert (load.waiting, load.running) == (0, 2)
-    assert load.kv_used == len(PROMPTS[1]) + len(PROMPTS[2])
-    assert load.kv_cached == 0
-    assert load.prompt_tokens == len(PROMPTS[1]) + len(PROMPTS[2])
-    assert load.cached_prompt_tokens == 0
+    now = load(sched)
+    assert (now.waiting, now.running) == (0, 2)
+    assert now.kv_used == len(PROMPTS[1]) + len(PROMPTS[2])
+    assert now.kv_cached == 0
+    assert now.prompt_tokens == len(PROMPTS[1]) + len(PROMPTS[2])
+    assert now.cached_prompt_tokens == 0

@@ -26,6 +26,7 @@ from minisgl_worker.protocol import (
     TokenOutput,
 )
 from minisgl_worker.scheduler import Scheduler
+from minisgl_worker.scheduler.report import check_invariants
 
 from ..conftest import LLAMA3_ROPE, open_mixed_gate, save_byte_tokenizer, save_tiny_model
 
@@ -113,7 +114,7 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
         for out in sched.step():
             assert out.rid in wanted, f"a token for rid {out.rid} after its abort"
             got.setdefault(out.rid, []).append(out)
-        sched.check_invariants()
+        check_invariants(sched)
         sched.cache.check_integrity()
         check_page_table(sched)
 
@@ -133,7 +134,7 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
                 del wanted[a]
                 got.pop(a, None)
             sched.abort(a)
-            sched.check_invariants()
+            check_invariants(sched)
         else:
             step()
     while sched.has_work:
