@@ -5,13 +5,15 @@ scheduling (forced on here; CUDA's default):
 - every request not aborted gets exactly its max_new_tokens tokens, the last one marked
   "length", and an aborted one none after its abort, however often the pool ran out and
   retracted it; a constrained one (a regex no output here can finish, over the models' byte
-  tokens) only tokens its grammar allows, however often it sat a step out (turns.py);
+  tokens) only tokens its grammar allows, however often it sat a step out (turns.py),
+  and whenever its grammar (compiled off the loop, as serving does) was handed over;
 - once every request has ended, every page is free or evictable and every slot is free.
 Prompts share prefixes so that the radix cache matches, splits and evicts under load."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +33,14 @@ from minisgl_worker.scheduler.report import check_invariants
 from ..conftest import LLAMA3_ROPE, open_mixed_gate, save_byte_tokenizer, save_tiny_model
 
 SHARED = [(7 * i) % 250 + 3 for i in range(30)]
-LETTERS = Constraint(ConstraintKind.REGEX, "[a-z]{10,20}")  # byte tokens: 10 at least
-OPS = st.lists(
+LETTERS = [Constraint(ConstraintKind.REGEX, f"[a-z]{{10,{n}}}") for n in (20, 30)]  # byte
+OPS = st.lists(  # tokens: 10 at least, so max_new_tokens (<= 6) always ends them
     st.one_of(
         st.tuples(st.just("generate"), st.integers(1, 30), st.integers(1, 6)),
         st.tuples(st.just("constrained"), st.integers(1, 30), st.integers(1, 6)),
         st.tuples(st.just("abort"), st.integers(0, 12), st.just(0)),
         st.tuples(st.just("step"), st.just(0), st.just(0)),
+        st.tuples(st.just("compiled"), st.just(0), st.just(0)),
     ),
     max_size=40,
 )
@@ -118,13 +121,20 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
         sched.cache.check_integrity()
         check_page_table(sched)
 
+    def hand_over() -> None:  # the grammars compiled off the loop, as its rank 0 does
+        for r in sched.compiling.done():
+            assert sched.grammar_compiled(r) is None
+        check_invariants(sched)
+
     rid = 0
     for op, a, b in ops:
         if op in ("generate", "constrained"):
             prompt = SHARED[:a] + [rid % 3 + 3] * (rid % 4)
-            grammar = LETTERS if op == "constrained" else None
+            grammar = LETTERS[a % 2] if op == "constrained" else None
             sp = SamplingParams(max_new_tokens=b, ignore_eos=True, constraint=grammar)
-            assert sched.add_request(Generate(rid, prompt, sp)) is None
+            assert sched.add_request(Generate(rid, prompt, sp), compile_now=False) is None
+            while len(sched.compiling.done()) < len(sched.compiling):  # compiled now, so
+                time.sleep(0.001)  # that an example runs the same every time
             wanted[rid] = b
             if grammar is not None:
                 letters.add(rid)
@@ -135,9 +145,12 @@ def drive(sched: Scheduler, ops: list[tuple[str, int, int]]) -> None:
                 got.pop(a, None)
             sched.abort(a)
             check_invariants(sched)
+        elif op == "compiled":
+            hand_over()
         else:
             step()
     while sched.has_work:
+        hand_over()
         step()
     for r, n in wanted.items():
         outs = got.get(r, [])
