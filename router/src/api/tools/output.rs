@@ -133,7 +133,8 @@ fn call_id() -> String {
 /// A complete (non-streamed) message's fields.
 #[derive(Debug)]
 pub struct Message {
-    /// None without a reasoning parser.
+    /// None without a reasoning parser, or when the output held no reasoning (as a stream
+    /// then sends no `reasoning_content`).
     pub reasoning: Option<String>,
     pub content: String,
     /// OpenAI's `message.tool_calls` (`id`, `type`, `function.name`, `function.arguments`).
@@ -165,7 +166,10 @@ pub fn whole_message(plan: &OutputPlan, text: &str) -> Message {
         }
     }
     Message {
-        reasoning: plan.reasoning.map(|_| parts.reasoning),
+        reasoning: plan
+            .reasoning
+            .and(Some(parts.reasoning))
+            .filter(|r| !r.is_empty()),
         content: parts.content,
         tool_calls: calls,
     }
@@ -195,6 +199,12 @@ mod tests {
         assert_eq!(calls[0]["type"], "function");
         assert_eq!(calls[0]["function"]["name"], "get_weather");
         assert_eq!(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    }
+
+    #[test]
+    fn an_answer_without_a_thought_has_no_reasoning_content() {
+        let m = whole_message(&plan(), "Paris.");
+        assert_eq!((m.reasoning, m.content.as_str()), (None, "Paris."));
     }
 
     #[test]
