@@ -16,7 +16,10 @@ token. We take llguidance because it fits the worker better:
 
 A compiled grammar is an `LLMatcher` in its start state; each request gets a `deep_copy`,
 which shares the compiled grammar and the tokenizer. The cache keeps the most recently used
-`MAX_CACHED` grammars.
+grammars, at most `MAX_CACHED` of them and `MAX_CACHED_BYTES` of their sources together:
+a compiled grammar holds tens of times its source (a 600 KB schema 28 MiB here), and the
+router takes bodies of up to 4 MiB, so a count alone would let distinct large schemas
+grow the worker by gigabytes.
 
 A serving worker compiles a grammar it has not cached on a helper thread (`compile_later`;
 llguidance releases the GIL while it compiles): milliseconds for a typical schema, but
@@ -42,6 +45,7 @@ from ..protocol import Constraint, ConstraintKind
 logger = logging.getLogger(__name__)
 
 MAX_CACHED = 256
+MAX_CACHED_BYTES = 8 << 20  # of sources; the newest grammar stays whatever its size
 # Compact JSON: ", " and ": " between items, no other whitespace. Flexible whitespace would
 # let a sampled output spend its tokens on blank lines.
 JSON_OPTIONS: dict[str, Any] = {
@@ -64,6 +68,7 @@ class GrammarCache:
         self.eos_token_ids = list(eos_token_ids)
         self._tokenizer: llg.LLTokenizer | None = None  # built at the first constraint
         self._grammars: OrderedDict[tuple[ConstraintKind, str], llg.LLMatcher] = OrderedDict()
+        self._cached_bytes = 0  # the sources' of the cached grammars
         self._compiling: dict[tuple[ConstraintKind, str], Future[llg.LLMatcher]] = {}
         self._pool: ThreadPoolExecutor | None = None  # started by the first compile_later
         self.compile_seconds = 0.0  # total, for benchmarks
@@ -128,10 +133,20 @@ class GrammarCache:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
+    @property
+    def cached_bytes(self) -> int:
+        return self._cached_bytes
+
     def _store(self, constraint: Constraint, compiled: llg.LLMatcher) -> None:
-        self._grammars[(constraint.kind, constraint.source)] = compiled
-        if len(self._grammars) > MAX_CACHED:
-            self._grammars.popitem(last=False)
+        key = (constraint.kind, constraint.source)
+        if self._grammars.pop(key, None) is not None:
+            self._cached_bytes -= len(constraint.source)
+        self._grammars[key] = compiled
+        self._cached_bytes += len(constraint.source)
+        while len(self._grammars) > 1 and (
+                len(self._grammars) > MAX_CACHED or self._cached_bytes > MAX_CACHED_BYTES):
+            (_, source), _ = self._grammars.popitem(last=False)
+            self._cached_bytes -= len(source)
 
     def _compile(self, constraint: Constraint) -> llg.LLMatcher:
         start = time.perf_counter()

@@ -111,6 +111,31 @@ def test_compiled_grammars_are_cached_per_source(grammars: GrammarCache) -> None
     assert _allowed(RequestMatcher(second)) == _allowed(RequestMatcher(grammars.matcher(constraint)))
 
 
+def test_the_cache_is_bounded_by_count_and_by_source_bytes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minisgl_worker.constrain import grammar
+
+    cache = GrammarCache(folder / "tokenizer.json", VOCAB, [EOS])
+    monkeypatch.setattr(grammar, "MAX_CACHED", 3)
+    monkeypatch.setattr(grammar, "MAX_CACHED_BYTES", 100)
+    regex = [Constraint(ConstraintKind.REGEX, f"[a-z]{{{n}}}" + "x" * 30) for n in range(5)]
+    for c in regex[:3]:  # 38 bytes each: two fit in 100
+        cache.matcher(c)
+    assert [c for c in regex if cache.cached(c) is not None] == regex[1:3]
+    assert cache.cached_bytes == 76
+    cache.matcher(regex[1])  # used again: now the newest
+    cache.matcher(regex[3])
+    assert [c for c in regex if cache.cached(c) is not None] == [regex[1], regex[3]]
+    big = Constraint(ConstraintKind.REGEX, "y" * 150)  # larger than the bound alone: kept
+    cache.matcher(big)
+    assert cache.cached(big) is not None and cache.cached_bytes == 150
+    monkeypatch.setattr(grammar, "MAX_CACHED_BYTES", 10_000)
+    for c in regex:
+        cache.matcher(c)
+    assert [c for c in regex if cache.cached(c) is not None] == regex[2:]  # count: 3
+
+
 def _a_token(matcher: object) -> int:
     rows, bitmask = fill_bitmask([RequestMatcher(matcher)], VOCAB, pin=False)  # type: ignore[arg-type]
     logits = torch.zeros(1, VOCAB)
