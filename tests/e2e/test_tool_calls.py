@@ -97,6 +97,21 @@ def test_strict_tools_under_auto_give_only_valid_calls(server: Server) -> None:
             assert c.message.content and c.finish_reason in ("stop", "length"), c
 
 
+def test_a_forced_call_cut_before_its_name_leaves_no_markup_in_content(server: Server) -> None:
+    """`max_tokens` ends the output inside `<tool_call>`: under a forced choice the grammar
+    allows only calls, so the cut opening is neither a call nor content, streamed or not."""
+    for max_tokens in (2, 4):
+        whole = _chat(server, tool_choice="required", max_tokens=max_tokens, temperature=0)
+        c = whole.choices[0]
+        assert c.finish_reason == "length" and not c.message.tool_calls, c
+        assert not c.message.content, c
+        chunks = _chat(server, tool_choice="required", max_tokens=max_tokens, temperature=0,
+                       stream=True)
+        deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+        assert not "".join(d.content or "" for d in deltas), deltas
+        assert not any(d.tool_calls for d in deltas), deltas
+
+
 def test_a_conversation_with_a_tool_result_is_answered(server: Server) -> None:
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather",

@@ -77,6 +77,7 @@ pub fn prepare(
             let names = tools.tools.iter().map(|t| t.function.name.clone());
             (state.tool_format, tools.max_calls(), names.collect())
         }),
+        forced: tools.forced(),
         reasoning: reasoning_room(state.reasoning, params),
     };
     Ok((tools, plan))

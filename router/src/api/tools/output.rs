@@ -14,6 +14,10 @@ use crate::text::tool_calls::{CallEvent, ToolCallParser, ToolFormat};
 pub struct OutputPlan {
     /// The call format, how many calls to report and the functions that may be called.
     pub tools: Option<(ToolFormat, usize, Vec<String>)>,
+    /// The answer is calls alone (a forced `tool_choice`, whose grammar allows nothing
+    /// else): what the call parser does not read as a call, the opening of one that
+    /// `max_tokens` cut before its name, is not content.
+    pub forced: bool,
     pub reasoning: Option<ReasoningFormat>,
 }
 
@@ -42,6 +46,7 @@ impl Parts {
 pub struct ChoiceOutput {
     reasoning: Option<ReasoningParser>,
     tools: Option<ToolCallParser>,
+    forced: bool,
 }
 
 impl ChoiceOutput {
@@ -51,6 +56,7 @@ impl ChoiceOutput {
             tools: plan.tools.as_ref().map(|(format, max, names)| {
                 ToolCallParser::new(*format, *max).with_names(names.clone())
             }),
+            forced: plan.forced,
         }
     }
 
@@ -98,6 +104,7 @@ impl ChoiceOutput {
         }
         for event in events {
             match event {
+                CallEvent::Text(_) if self.forced => {}
                 CallEvent::Text(t) => parts.content.push_str(&t),
                 CallEvent::Start { index, name } => parts.tool_calls.push(json!({
                     "index": index,
@@ -182,6 +189,7 @@ mod tests {
     fn plan() -> OutputPlan {
         OutputPlan {
             tools: Some((ToolFormat::Hermes, usize::MAX, vec!["get_weather".into()])),
+            forced: false,
             reasoning: Some(ReasoningFormat::Qwen3),
         }
     }
@@ -199,6 +207,26 @@ mod tests {
         assert_eq!(calls[0]["type"], "function");
         assert_eq!(calls[0]["function"]["name"], "get_weather");
         assert_eq!(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+    }
+
+    #[test]
+    fn a_forced_call_cut_before_its_name_is_not_content() {
+        let forced = OutputPlan {
+            forced: true,
+            ..plan()
+        };
+        for cut in [
+            "<tool_",
+            "<tool_call>\n{\"na",
+            "<think>Hm.</think>\n\n<tool_call>",
+        ] {
+            let m = whole_message(&forced, cut);
+            assert_eq!((m.content.as_str(), m.tool_calls.len()), ("", 0), "{cut:?}");
+        }
+        // Under `auto` the model may write text that looks like an opening: it is kept.
+        assert_eq!(whole_message(&plan(), "<tool_").content, "<tool_");
+        let m = whole_message(&forced, OUTPUT.split_once("Checking.\n").unwrap().1);
+        assert_eq!((m.content.as_str(), m.tool_calls.len()), ("", 1));
     }
 
     #[test]
