@@ -18,14 +18,14 @@ one. What makes that possible:
   dropped. Aborts free the same way.
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
-Constrained requests (a grammar, constrain/): a row's mask for token N+1 needs token N on
-the host. Beside unconstrained decodes a grammar row takes every other step (turns.py).
-Grammar rows alone take every step: such a step moves the matchers with N's tokens, has a
-helper thread fill N+1's masks (constrain/prefetch.py) while it processes the rest of N,
-launches N+1, books it and plans N+2, then samples; the next step launches the planned N+2
-as it is. Processing N (or an abort) may end requests of the batch to launch next: its
-launch reads their table rows and KV lengths from the batch (Batch.table_rows, kv_lens),
-and their tokens are dropped as ever.
+Constrained requests (a grammar, constrain/; a new one compiles off the loop: compiling.py):
+a row's mask for token N+1 needs token N on the host. Beside unconstrained decodes a grammar
+row takes every other step (turns.py). Grammar rows alone take every step: such a step moves
+the matchers with N's tokens, has a helper thread fill N+1's masks (constrain/prefetch.py)
+while it processes the rest of N, launches N+1, books it and plans N+2, then samples; the
+next step launches the planned N+2 as it is. Processing N (or an abort) may end requests of
+the batch to launch next: its launch reads their table rows and KV lengths from the batch
+(Batch.table_rows, kv_lens), and their tokens are dropped as ever.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -133,7 +133,7 @@ class Scheduler:
         if req is None:
             return
         if self.compiling.discard(rid):
-            pass
+            pass  # it waited for its grammar, in no queue
         elif req.status == ReqStatus.WAITING:
             self.waiting.remove(req)
         elif req in self.prefilling:
