@@ -127,6 +127,20 @@ class GrammarCache:
         self._store(constraint, compiled)
         return compiled.deep_copy()
 
+    def forget(self, constraint: Constraint, future: Future[llg.LLMatcher]) -> None:
+        """No request waits for `compile_later`'s future any more (they were aborted): drop
+        it, cancelled if it has not started, so that its grammar is not held outside the
+        cache's bounds."""
+        key = (constraint.kind, constraint.source)
+        if self._compiling.get(key) is future:
+            del self._compiling[key]
+            future.cancel()
+
+    @property
+    def num_compiling(self) -> int:
+        """Compiles started by `compile_later` and not yet handed to `matcher_from`."""
+        return len(self._compiling)
+
     def shutdown(self) -> None:
         """Stops the compile thread (after the compile it runs, if any)."""
         if self._pool is not None:

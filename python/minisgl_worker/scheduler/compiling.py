@@ -57,8 +57,16 @@ class Compiling:
         return req if given is True else given
 
     def discard(self, rid: int) -> bool:
-        """Forgets an aborted request -> whether it was waiting here."""
-        return self._reqs.pop(rid, None) is not None
+        """Forgets an aborted request -> whether it was waiting here. A compile no other
+        request waits for is dropped."""
+        taken = self._reqs.pop(rid, None)
+        if taken is None:
+            return False
+        req, compiled = taken
+        if req.sampling.constraint is not None and all(
+                other is not compiled for _, other in self._reqs.values()):
+            self.grammars.forget(req.sampling.constraint, compiled)
+        return True
 
     @staticmethod
     def _give(req: Req, matcher: Callable[[], llg.LLMatcher]) -> Literal[True] | Error:

@@ -239,8 +239,12 @@ def test_a_grammar_that_fails_off_the_loop_ends_its_request_and_an_abort_forgets
     good = SamplingParams(constraint=Constraint(ConstraintKind.REGEX, "[a-z]+"))
     assert sched.add_request(Generate(1, [1, 2, 3], bad), compile_now=False) is None
     assert sched.add_request(Generate(2, [1, 2, 3], good), compile_now=False) is None
+    assert sched.add_request(Generate(3, [1, 2, 3], good), compile_now=False) is None
     sched.abort(2)
+    assert sched.grammars.num_compiling == 2  # rid 3 still waits for the same compile
+    sched.abort(3)
     assert list(sched.reqs) == [1] and len(sched.compiling) == 1
+    assert sched.grammars.num_compiling == 1  # no one waits for it: dropped
     check_invariants(sched)
     release.set()
     for _ in range(6000):
@@ -251,6 +255,7 @@ def test_a_grammar_that_fails_off_the_loop_ends_its_request_and_an_abort_forgets
     assert error is not None and error.code is ErrorCode.INVALID_CONSTRAINT
     assert error.message.startswith("json_schema constraint:"), error.message
     assert sched.grammar_compiled(2) is None  # aborted meanwhile: nothing to do
+    assert sched.grammars.num_compiling == 0
     assert not sched.has_work
     assert_all_free(sched)
     sched.shutdown()
