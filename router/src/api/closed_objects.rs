@@ -8,22 +8,19 @@
 //! `"additionalProperties": true`.
 //!
 //! Only subschemas are visited: objects inside `enum`, `const`, `default` or `examples` are
-//! data. A schema whose keys may be spread over parts (`allOf`, or a `$ref` beside its own
-//! keywords) stays open at its own level, and so do the parts of an `allOf`: each names
-//! only some keys of the one object they describe together.
+//! data. Where an object's keys may be spread over parts, each part naming only some of
+//! them, nothing is closed at that level: a schema with `allOf` (of two parts or more),
+//! `$ref`, `if`/`then`/`else` or `dependentSchemas` beside its own keywords, or with
+//! `anyOf`/`oneOf` beside properties of its own, and those parts themselves (`anyOf`
+//! branches of a schema without properties are whole objects, and are closed).
 
 use serde_json::Value;
 
-/// Keywords whose value is a map of name -> subschema.
-const SCHEMA_MAPS: [&str; 5] = [
-    "properties",
-    "patternProperties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-];
-/// Keywords whose value is a subschema or (`items` before draft 2020-12) a list of them.
-const SCHEMAS: [&str; 14] = [
+/// Keywords whose value is a map of name -> a schema of a value of its own.
+const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "definitions"];
+/// Keywords whose value is a schema (or a list of them) of a value of its own: a key, an
+/// item, another property.
+const SCHEMAS: [&str; 8] = [
     "additionalProperties",
     "unevaluatedProperties",
     "propertyNames",
@@ -31,14 +28,10 @@ const SCHEMAS: [&str; 14] = [
     "additionalItems",
     "unevaluatedItems",
     "contains",
-    "not",
-    "if",
-    "then",
-    "else",
     "prefixItems",
-    "anyOf",
-    "oneOf",
 ];
+/// Keywords whose schemas describe the same value as the schema they sit in.
+const PARTS: [&str; 7] = ["allOf", "anyOf", "oneOf", "if", "then", "else", "not"];
 
 /// Closes the objects and tuples of `schema` (the module's rule), in place.
 pub fn close_objects(schema: &mut Value) {
@@ -49,11 +42,17 @@ fn visit(schema: &mut Value, close_here: bool) {
     let Value::Object(map) = schema else {
         return;
     };
-    let composed = map.contains_key("allOf") || map.contains_key("$ref");
+    let says = |keys: &[&str]| keys.iter().any(|k| map.contains_key(*k));
+    let lists_keys = says(&["properties", "patternProperties"]);
+    let several_parts = map
+        .get("allOf")
+        .and_then(Value::as_array)
+        .is_some_and(|parts| parts.len() > 1);
+    let composed = several_parts
+        || says(&["$ref", "if", "then", "else", "dependentSchemas"])
+        || (lists_keys && says(&["anyOf", "oneOf"]));
     if close_here && !composed {
-        let says = |keys: &[&str]| keys.iter().any(|k| map.contains_key(*k));
-        let open_object = says(&["properties", "patternProperties"])
-            && !says(&["additionalProperties", "unevaluatedProperties"]);
+        let open_object = lists_keys && !says(&["additionalProperties", "unevaluatedProperties"]);
         let open_tuple = says(&["prefixItems"]) && !says(&["items", "unevaluatedItems"]);
         if open_object {
             map.insert("additionalProperties".into(), Value::Bool(false));
@@ -70,10 +69,19 @@ fn visit(schema: &mut Value, close_here: bool) {
             }
         } else if SCHEMAS.contains(&key) {
             visit_one_or_many(value, true);
-        } else if key == "allOf" {
-            // A single part is the whole object; several each describe some of its keys.
-            let single = value.as_array().is_some_and(|parts| parts.len() == 1);
-            visit_one_or_many(value, single);
+        } else if key == "dependentSchemas" {
+            if let Value::Object(named) = value {
+                named.values_mut().for_each(|s| visit(s, false));
+            }
+        } else if PARTS.contains(&key) {
+            // A single allOf part, or the branches of a union that lists no keys of its
+            // own, are whole objects.
+            let whole = match key {
+                "allOf" => !several_parts,
+                "anyOf" | "oneOf" => !lists_keys,
+                _ => false,
+            };
+            visit_one_or_many(value, whole);
         }
     }
 }
@@ -159,5 +167,14 @@ mod tests {
             false
         );
         assert!(deep["allOf"][0].get("additionalProperties").is_none());
+        // Branches beside the schema's own properties, and conditional parts, are parts.
+        for schema in [
+            json!({"properties": {"c": {}}, "anyOf": [a, b]}),
+            json!({"properties": {"c": {}}, "if": a, "then": b, "else": a}),
+            json!({"properties": {"c": {}}, "dependentSchemas": {"c": a}}),
+            json!({"not": a}),
+        ] {
+            assert_eq!(closed(schema.clone()), schema);
+        }
     }
 }
