@@ -6,6 +6,7 @@ group queues the request at the same turn (scheduler/loop.py)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Literal
@@ -16,6 +17,7 @@ from ..constrain import GrammarCache, GrammarError, RequestMatcher
 from ..core import Req
 from ..protocol import Error, ErrorCode
 
+logger = logging.getLogger(__name__)
 Compile = Future[llg.LLMatcher]
 
 
@@ -74,4 +76,7 @@ class Compiling:
             req.matcher = RequestMatcher(matcher())
         except GrammarError as e:
             return Error(req.rid, ErrorCode.INVALID_CONSTRAINT, str(e))
+        except Exception as e:  # the grammar engine failed: the request fails, not the worker
+            logger.exception("rid %d: compiling its grammar failed", req.rid)
+            return Error(req.rid, ErrorCode.INTERNAL, f"compiling the grammar failed: {e!r}")
         return True

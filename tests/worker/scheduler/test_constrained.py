@@ -187,12 +187,18 @@ def _held_compiles(sched: Scheduler) -> threading.Event:
     return release
 
 
-def _compiled(sched: Scheduler, rid: int) -> None:
-    """Waits until rid's compile is done, as the loop does, and hands it to the scheduler."""
+def _wait_compiled(sched: Scheduler, rid: int) -> None:
+    """Waits (a minute at most) until rid's compile is done, as the loop finds it."""
     for _ in range(6000):
         if rid in sched.compiling.done():
-            break
+            return
         threading.Event().wait(0.01)
+    raise AssertionError(f"rid {rid}'s grammar never compiled")
+
+
+def _compiled(sched: Scheduler, rid: int) -> None:
+    """Waits until rid's compile is done and hands it to the scheduler, as the loop does."""
+    _wait_compiled(sched, rid)
     assert sched.grammar_compiled(rid) is None
 
 
@@ -247,15 +253,32 @@ def test_a_grammar_that_fails_off_the_loop_ends_its_request_and_an_abort_forgets
     assert sched.grammars.num_compiling == 1  # no one waits for it: dropped
     check_invariants(sched)
     release.set()
-    for _ in range(6000):
-        if sched.compiling.done():
-            break
-        threading.Event().wait(0.01)
+    _wait_compiled(sched, 1)
     error = sched.grammar_compiled(1)
     assert error is not None and error.code is ErrorCode.INVALID_CONSTRAINT
     assert error.message.startswith("json_schema constraint:"), error.message
     assert sched.grammar_compiled(2) is None  # aborted meanwhile: nothing to do
     assert sched.grammars.num_compiling == 0
+    assert not sched.has_work
+    assert_all_free(sched)
+    sched.shutdown()
+
+
+def test_a_grammar_engine_that_raises_fails_its_request_not_the_worker(
+    engine_factory: Any, folder: Path
+) -> None:
+    sched = Scheduler(engine_factory(folder, kv_tokens=256))
+
+    def broken(constraint: Constraint) -> Any:
+        raise RuntimeError("engine bug")
+
+    sched.grammars._compile = broken  # type: ignore[method-assign]
+    good = SamplingParams(constraint=Constraint(ConstraintKind.REGEX, "[a-z]+"))
+    assert sched.add_request(Generate(1, [1, 2, 3], good), compile_now=False) is None
+    _wait_compiled(sched, 1)
+    error = sched.grammar_compiled(1)
+    assert error is not None and error.code is ErrorCode.INTERNAL, error
+    assert "engine bug" in error.message
     assert not sched.has_work
     assert_all_free(sched)
     sched.shutdown()
