@@ -6,11 +6,13 @@ regexes are 400s naming the problem."""
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import jsonschema
 import openai
 import pytest
 import requests
+from pydantic import BaseModel, Field
 
 from tests.e2e.conftest import Server
 
@@ -94,6 +96,41 @@ def test_objects_that_list_their_keys_take_only_those(server: Server) -> None:
         assert set(json.loads(text)) <= {"city", "population"}, text
     for args in calls:
         assert set(json.loads(args)) == {"a"}, args
+
+
+class _Address(BaseModel):
+    city: str = Field(max_length=10)
+    zip: str | None = Field(max_length=6)
+
+
+class _Person(BaseModel):
+    name: str = Field(max_length=10)
+    role: Literal["admin", "user"]
+    address: _Address
+
+
+class _GetWeather(BaseModel):
+    city: str = Field(max_length=10)
+    unit: Literal["c", "f"]
+
+
+def test_the_clients_pydantic_helpers_get_parsed_objects(server: Server) -> None:
+    """`chat.completions.parse` sends the client's strict schema of a pydantic model
+    (`$defs`, `$ref`, nullable fields) and parses the answer into it; a
+    `pydantic_function_tool` is a strict tool whose arguments parse the same way."""
+    client = server.client()
+    for seed in range(2):
+        resp = client.chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "A person as JSON"}],
+            response_format=_Person, temperature=1.0, seed=seed, max_tokens=100)
+        assert resp.choices[0].finish_reason == "stop", resp
+        assert isinstance(resp.choices[0].message.parsed, _Person)
+    resp = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[openai.pydantic_function_tool(_GetWeather)], tool_choice="required",
+        parallel_tool_calls=False, temperature=1.0, seed=1, max_tokens=100)
+    calls = resp.choices[0].message.tool_calls or []
+    assert calls and isinstance(calls[0].function.parsed_arguments, _GetWeather), resp
 
 
 def test_json_object_outputs_parse(server: Server) -> None:
