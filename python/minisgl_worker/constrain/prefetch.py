@@ -7,9 +7,9 @@ thread: the rows share their grammar's caches: mask.FILL_THREADS), N+1's launch 
 planning of step N+2 would run one after the other while the GPU waits for N+1's sampling.
 `MaskPrefetch.start` runs the fill on a helper thread instead (llguidance releases the GIL),
 and the sampler takes the masks when it needs them (scheduler.py, scheduler/turns.py): with
-grammar rows alone, while the scheduler launches N+1 and plans N+2; beside unconstrained
-decodes, where a grammar row takes every other step, from N's processing until N+2
-samples. (On the H200 host the 64-row fill of benches/structured.py took ~1.4 ms beside
+grammar rows alone, while the scheduler processes N and plans N+2, N+1's forward queued
+already; beside unconstrained decodes, where a grammar row takes every other step, from
+N's processing until N+2 samples. (On the H200 host the 64-row fill of benches/structured.py took ~1.4 ms beside
 the launch and the planning, on mask.FILL_THREADS threads.)
 
 The helper only reads the matchers, and only until the scheduler joins it: nothing moves

@@ -20,12 +20,13 @@ Without overlap, `step()` is schedule -> forward -> process, with the same bookk
 
 Constrained requests (a grammar, constrain/; a new one compiles off the loop: compiling.py):
 a row's mask for token N+1 needs token N on the host. Beside unconstrained decodes a grammar
-row takes every other step (turns.py). Grammar rows alone take every step: such a step moves
-the matchers with N's tokens, has a helper thread fill N+1's masks (constrain/prefetch.py)
-while it processes the rest of N, launches N+1, books it and plans N+2, then samples; the
-next step launches the planned N+2 as it is. Processing N (or an abort) may end requests of
-the batch to launch next: its launch reads their table rows and KV lengths from the batch
-(Batch.table_rows, kv_lens), and their tokens are dropped as ever.
+row takes every other step (turns.py). Grammar rows alone take every step: such a step
+queues N+1's forward, then, when the sampler asks for the masks, waits for N's tokens,
+moves the matchers, has a helper thread fill N+1's masks (constrain/prefetch.py) while it
+processes the rest of N, books N+1 and plans N+2, and queues N+1's sampling: the GPU runs
+N+1's forward meanwhile. The next step launches the planned N+2 as it is. Processing (or
+an abort) may end requests of a batch planned already: a launch reads their table rows and
+KV lengths from the batch (Batch.table_rows, kv_lens), and their tokens are dropped.
 
 Which requests a step admits, in what order and how many prompt tokens: budget.py."""
 
@@ -187,19 +188,18 @@ class Scheduler:
     def _launch_constrained(self, batch: Batch, done: tuple[Batch, ForwardOutput] | None,
                             ) -> tuple[ForwardOutput, list[TokenOutput]]:
         """Launches a batch with grammar rows under overlap -> its output and the last
-        batch's (`done`) results. The last batch's tokens move the matchers, then the masks
-        fill on the helper thread while this thread processes the rest of that batch,
-        launches the forward, books the batch and plans the next (module docstring)."""
+        batch's (`done`) results: the forward first, then, when the sampler asks for the
+        masks, the rest (module docstring)."""
         self.masks_ahead.join()  # one filled for a batch beside unconstrained rows
-        if done is not None:
-            advance_matchers(done[0].sample_reqs, done[1].tokens())
-        self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
-        outputs = self.process_results(*done) if done is not None else []
-        asked = False  # the sampler calls masks(): the batch is booked
+        outputs: list[TokenOutput] = []  # done's, once the sampler has called masks()
+        asked = []
 
         def masks() -> ReadyMasks | None:
-            nonlocal asked
-            asked = True
+            asked.append(True)
+            if done is not None:
+                advance_matchers(done[0].sample_reqs, done[1].tokens())
+            self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
+            outputs.extend(self.process_results(*done) if done is not None else [])
             self._book(batch)
             self._next = self.schedule()
             return self.masks_ahead.join()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from minisgl_worker.core import RouteKind
 from minisgl_worker.default_model import ensure_default_model
 from minisgl_worker.protocol import Constraint, ConstraintKind, ErrorCode, Generate, SamplingParams
 from minisgl_worker.scheduler import Scheduler
@@ -120,6 +121,44 @@ def test_an_abort_of_a_request_planned_ahead_ends_it_at_once(
     helpers = [t for t in threading.enumerate() if t.name.startswith("grammar-masks")]
     sched.shutdown()  # its helper thread, started by the steps above, ends
     assert sum(t.is_alive() for t in helpers) < len(helpers), helpers
+
+
+def test_grammar_rows_alone_queue_each_forward_before_they_wait_for_tokens(
+    engine_factory: Any, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under overlap a step of grammar rows alone queues batch N+1's forward before it waits
+    for batch N's tokens (its masks need them, its forward does not), so the GPU runs N+1
+    while the host moves the matchers and fills the masks (scheduler.py)."""
+    from minisgl_worker.engine import engine as engine_module
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    words = Constraint(ConstraintKind.REGEX, "[a-z]{20,30}")
+    msgs = [Generate(rid, _prompt(tokenizer, "Spell a long word."),
+                     SamplingParams(temperature=1.0, seed=rid, max_new_tokens=40,
+                                    constraint=words)) for rid in range(2)]
+    sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=True)
+    forwards = 0  # forwards queued so far
+    waited: list[tuple[Any, int]] = []  # each output waited for, first time: forwards by then
+
+    def counted(*args: Any, run_: Any = sched.engine.runners[RouteKind.EAGER].run) -> Any:
+        nonlocal forwards
+        forwards += 1
+        return run_(*args)
+
+    def tokens_of(out: Any, real: Any = engine_module.ForwardOutput.tokens) -> list[int]:
+        if all(o is not out for o, _ in waited):
+            waited.append((out, forwards))  # holds `out`: ids stay distinct
+        return real(out)
+
+    monkeypatch.setattr(sched.engine.runners[RouteKind.EAGER], "run", counted)
+    monkeypatch.setattr(engine_module.ForwardOutput, "tokens", tokens_of)
+    outs = run(sched, msgs)
+    assert all(o[-1].finish == "stop" for o in outs.values()), outs
+    # The k-th batch's tokens (k from 1) were waited for once batch k+1 was queued.
+    counts = [n for _, n in waited]
+    assert len(counts) > 8 and counts[:-1] == list(range(2, len(counts) + 1)), counts
+    assert_all_free(sched)
+    sched.shutdown()
 
 
 def test_beside_unconstrained_decodes_grammar_rows_take_every_other_step(
