@@ -1,7 +1,6 @@
-"""Grammar-constrained requests on the GPU, where overlap scheduling is on: beside
-unconstrained decodes a grammar row takes every other step, its mask filled on the helper
-thread in between; grammar rows alone fill theirs behind their forward, while the step plans
-the next batch (scheduler.py, scheduler/turns.py, constrain/prefetch.py). Seeded constrained
+"""Grammar-constrained requests on the GPU, where overlap scheduling is on: a batch with
+grammar rows queues its forward, then its masks fill on the helper thread behind it, while
+the step plans the next batch (scheduler.py, constrain/prefetch.py). Seeded constrained
 requests sharing batches with greedy unconstrained ones take only tokens their grammar
 allows, repeat their draws, and those their grammar ended are JSON of their schema. Random
 weights in the Qwen3-0.6B shape; the grammar needs a real tokenizer: the default model's

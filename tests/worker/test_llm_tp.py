@@ -50,8 +50,8 @@ def test_tp2_matches_transformers(tmp_path: Path, kv_heads: int, vocab: int) -> 
 
 def test_tp2_grammar_rows_under_overlap_keep_the_ranks_together(tmp_path: Path) -> None:
     """Constrained and unconstrained requests at tp 2 with overlap scheduling forced on:
-    every rank runs the same turns (grammar rows every other step beside unconstrained
-    decodes, scheduler/turns.py; alone, every step with the batch planned ahead) and fills
+    every rank runs the same batches (the grammar row in every step, beside unconstrained
+    decodes and alone, its sampling waiting for its newest token: scheduler.py) and fills
     the same masks, so the group ends and answers what one rank without overlap does:
     the grammar's letters only, the free requests' greedy tokens."""
     save_tiny_model(tmp_path)
@@ -76,5 +76,7 @@ def test_tp2_grammar_rows_under_overlap_keep_the_ranks_together(tmp_path: Path) 
         finally:
             llm.shutdown()
     assert results[0] == results[1]
-    assert {0} in batches and {0, 1} in batches and {1} in batches, batches  # all three turns
+    steps = [i for i, b in enumerate(batches) if 1 in b]  # rid 1's 16 tokens: every step
+    assert steps == list(range(steps[0], steps[0] + 16)), batches
+    assert {0, 1} in batches and {1} in batches, batches  # beside the others, then alone
     assert len(results[0][1]) == 16 and all(ord("a") <= t <= ord("z") for t in results[0][1])

@@ -6,11 +6,10 @@ the fill (llguidance: ~20 us a row at a state it has not seen; 64 rows ~1.3 ms, 
 thread: the rows share their grammar's caches: mask.FILL_THREADS), N+1's launch and the
 planning of step N+2 would run one after the other while the GPU waits for N+1's sampling.
 `MaskPrefetch.start` runs the fill on a helper thread instead (llguidance releases the GIL),
-and the sampler takes the masks when it needs them (scheduler.py, scheduler/turns.py): with
-grammar rows alone, while the scheduler processes N and plans N+2, N+1's forward queued
-already; beside unconstrained decodes, where a grammar row takes every other step, from
-N's processing until N+2 samples. (On the H200 host the 64-row fill of benches/structured.py took ~1.4 ms beside
-the launch and the planning, on mask.FILL_THREADS threads.)
+and the sampler takes the masks when it needs them (scheduler.py): the fill runs while the
+scheduler processes N and plans N+2, N+1's forward queued already. (On the H200 host the
+64-row fill of benches/structured.py took ~1.4 ms beside the launch and the planning, on
+mask.FILL_THREADS threads.)
 
 The helper only reads the matchers, and only until the scheduler joins it: nothing moves
 them meanwhile (they move when the scheduler processes a batch's tokens). What the fill

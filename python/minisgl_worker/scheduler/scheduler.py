@@ -19,8 +19,7 @@ one. What makes that possible:
 Without overlap, `step()` is schedule -> forward -> process, with the same bookkeeping.
 
 Constrained requests (a grammar, constrain/; a new one compiles off the loop: compiling.py):
-a row's mask for token N+1 needs token N on the host. Beside unconstrained decodes a grammar
-row takes every other step (turns.py). Grammar rows alone take every step: such a step
+a row's mask for token N+1 needs token N on the host. A step whose batch has such rows
 queues N+1's forward, then, when the sampler asks for the masks, waits for N's tokens,
 moves the matchers, has a helper thread fill N+1's masks (constrain/prefetch.py) while it
 processes the rest of N, books N+1 and plans N+2, and queues N+1's sampling: the GPU runs
@@ -167,17 +166,12 @@ class Scheduler:
         outputs: list[TokenOutput] = []
         batch, self._next = self._next or self.schedule(), None  # planned by the last step?
         if batch is not None and self.overlap and any(
-                in_flight_grammar(r) for r in batch.sample_reqs):  # grammar rows alone
+                in_flight_grammar(r) for r in batch.sample_reqs):  # masks wait for N
             (out, outputs), done = self._launch_constrained(batch, done), None
         elif batch is not None:
             out = self.launch(batch)
         if done is not None:
-            self.masks_ahead.join()  # the matchers move only while no fill reads them
             outputs.extend(self.process_results(*done))
-            # The next batch's grammar rows have their tokens now: their masks fill meanwhile.
-            if self.overlap and any(r.matcher is not None for r in self.decode.reqs):
-                self.masks_ahead.start([r.matcher for r in next_decodes(
-                    self.decode.reqs, True, self.max_context) if not in_flight_grammar(r)])
         if batch is not None:
             if self.overlap:
                 self._inflight = (batch, out)
@@ -190,7 +184,6 @@ class Scheduler:
         """Launches a batch with grammar rows under overlap -> its output and the last
         batch's (`done`) results: the forward first, then, when the sampler asks for the
         masks, the rest (module docstring)."""
-        self.masks_ahead.join()  # one filled for a batch beside unconstrained rows
         outputs: list[TokenOutput] = []  # done's, once the sampler has called masks()
         asked = []
 
@@ -209,9 +202,10 @@ class Scheduler:
         return out, outputs
 
     def launch(self, batch: Batch) -> ForwardOutput:
-        """Run the batch on the engine (without waiting on CUDA) and book it; its grammar
-        rows take the masks filled ahead where they were (`step`)."""
-        out = self.engine.forward_batch(batch, self.masks_ahead.join)
+        """Run the batch on the engine (without waiting on CUDA) and book it; the sampler
+        fills the masks of grammar rows whose newest token is known (`_launch_constrained`
+        for the others)."""
+        out = self.engine.forward_batch(batch)
         self._book(batch)
         return out
 
@@ -233,7 +227,7 @@ class Scheduler:
         retracted = self.decode.retract_until_fits(self.cache, self._retract)
         if retracted:
             logger.warning("KV pool full: retracted %d decoding requests", retracted)
-        decodes = next_decodes(self.decode.reqs, self.overlap, self.max_context)  # turns.py
+        decodes = next_decodes(self.decode.reqs, self.max_context)  # turns.py
         locs: list[np.ndarray] = []
         for req in decodes:  # their pages were counted by retract_until_fits
             req.device_len = req.total_len

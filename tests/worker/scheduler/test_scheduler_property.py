@@ -5,7 +5,7 @@ scheduling (forced on here; CUDA's default):
 - every request not aborted gets exactly its max_new_tokens tokens, the last one marked
   "length", and an aborted one none after its abort, however often the pool ran out and
   retracted it; a constrained one (a regex no output here can finish, over the models' byte
-  tokens) only tokens its grammar allows, however often it sat a step out (turns.py),
+  tokens) only tokens its grammar allows, however often it was retracted or planned ahead,
   and whenever its grammar (compiled off the loop, as serving does) was handed over;
 - once every request has ended, every page is free or evictable and every slot is free.
 Prompts share prefixes so that the radix cache matches, splits and evicts under load."""
