@@ -172,8 +172,9 @@ class Engine:
     def forward_batch(self, batch: Batch,
                       masks: Callable[[], ReadyMasks | None] | None = None) -> ForwardOutput:
         """masks: called by the sampler, once the forward is queued, when it needs the
-        grammar masks, which may be being filled ahead (the scheduler may book this batch
-        and plan the next meanwhile: scheduler.py)."""
+        grammar masks, which may be being filled ahead (the scheduler may wait for the last
+        batch's tokens, process them, book this batch and plan the next meanwhile:
+        scheduler.py)."""
         if batch.pool_index is not None:
             batch.input_ids[batch.pool_index] = self.token_pool[batch.pool_slots]
         route = self.routes.route(batch)
