@@ -184,15 +184,16 @@ class Scheduler:
         """Launches a batch with grammar rows under overlap -> its output and the last
         batch's (`done`) results: the forward first, then, when the sampler asks for the
         masks, the rest (module docstring)."""
+        assert done is not None, "a token in flight, but no batch"
         outputs: list[TokenOutput] = []  # done's, once the sampler has called masks()
-        asked = []
+        asked = False
 
         def masks() -> ReadyMasks | None:
-            asked.append(True)
-            if done is not None:
-                advance_matchers(done[0].sample_reqs, done[1].tokens())
+            nonlocal asked, outputs
+            asked = True
+            advance_matchers(done[0].sample_reqs, done[1].tokens())
             self.masks_ahead.start([r.matcher for r in batch.sample_reqs])
-            outputs.extend(self.process_results(*done) if done is not None else [])
+            outputs = self.process_results(*done)
             self._book(batch)
             self._next = self.schedule()
             return self.masks_ahead.join()

@@ -49,6 +49,14 @@ def _requests(tokenizer: Tokenizer) -> list[Generate]:
     ]
 
 
+def _spellers(tokenizer: Tokenizer, pattern: str, max_new_tokens: int) -> list[Generate]:
+    """Requests 0 and 1, each seeded, sampled under the regex `pattern`."""
+    words = Constraint(ConstraintKind.REGEX, pattern)
+    return [Generate(rid, _prompt(tokenizer, "Spell a long word."),
+                     SamplingParams(temperature=1.0, seed=rid, max_new_tokens=max_new_tokens,
+                                    constraint=words)) for rid in range(2)]
+
+
 def test_constrained_and_free_requests_share_batches(engine_factory: Any, folder: Path) -> None:
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     msgs = _requests(tokenizer)
@@ -98,10 +106,7 @@ def test_an_abort_of_a_request_planned_ahead_ends_it_at_once(
     free once the planned batch has run, and the other request goes on. Shutting the
     scheduler down ends the masks' helper thread."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    words = Constraint(ConstraintKind.REGEX, "[a-z]{30,40}")
-    msgs = [Generate(rid, _prompt(tokenizer, "Spell a long word."),
-                     SamplingParams(temperature=1.0, seed=rid, max_new_tokens=50,
-                                    constraint=words)) for rid in range(2)]
+    msgs = _spellers(tokenizer, "[a-z]{30,40}", max_new_tokens=50)
     sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=True)
     for m in msgs:
         assert sched.add_request(m) is None
@@ -132,10 +137,7 @@ def test_grammar_rows_alone_queue_each_forward_before_they_wait_for_tokens(
     from minisgl_worker.engine import engine as engine_module
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    words = Constraint(ConstraintKind.REGEX, "[a-z]{20,30}")
-    msgs = [Generate(rid, _prompt(tokenizer, "Spell a long word."),
-                     SamplingParams(temperature=1.0, seed=rid, max_new_tokens=40,
-                                    constraint=words)) for rid in range(2)]
+    msgs = _spellers(tokenizer, "[a-z]{20,30}", max_new_tokens=40)
     sched = Scheduler(engine_factory(folder, kv_tokens=2048), overlap=True)
     forwards = 0  # forwards queued so far
     waited: list[tuple[Any, int]] = []  # each output waited for, first time: forwards by then
