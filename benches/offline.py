@@ -28,11 +28,12 @@ from minisgl_worker.protocol import SamplingParams
 from minisgl_worker.scheduler.budget import StepBudget
 
 
-def step_budget(config: str, chunk_size: int) -> StepBudget:
+def step_budget(config: str, derived: StepBudget) -> StepBudget:
     """A --configs entry, POLICY:MIXED_CHUNK[:STEP_TOKENS] (e.g. lof:8192:256), as the
-    scheduler's StepBudget."""
+    scheduler's StepBudget (the chunk and spf's token estimate kept from `derived`)."""
     policy, mixed, *steps = config.split(":")
-    return StepBudget(chunk_size, policy, int(mixed), int(steps[0]) if steps else 0)
+    return StepBudget(derived.chunk_size, policy, int(mixed), int(steps[0]) if steps else 0,
+                      derived.prompt_token_s)
 
 
 def run_config(llm: LLM, name: str, label: str, prompts: list[list[int]],
@@ -99,7 +100,7 @@ def main() -> None:
         config, _, variant = config.partition("/")
         assert variant in ("", "piecewise"), f"unknown variant /{variant}"
         if config:
-            sched.budget = step_budget(config, sched.budget.chunk_size)
+            sched.budget = step_budget(config, sched.budget)
         if routes is not None:  # "/piecewise": the mixed-step graphs left out of the table
             engine.routes = dataclasses.replace(routes, sizes=dataclasses.replace(
                 routes.sizes, mixed=[])) if variant else routes

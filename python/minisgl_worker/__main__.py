@@ -132,8 +132,10 @@ def _scheduling_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--schedule-policy", default="auto", choices=["auto", *POLICIES],
-        help="queue order: fcfs, or lof (longest max_new_tokens first: shortens a batch "
-        "submitted at once; long requests overtake short ones); auto: fcfs when serving",
+        help="queue order: fcfs; lof (longest max_new_tokens first: shortens a batch "
+        "submitted at once; long requests overtake short ones); or spf (shortest prompt "
+        "first, passed over only by prompts arriving soon after); auto: spf when serving "
+        "on a GPU, else fcfs (budget.py)",
     )
 
 

@@ -11,6 +11,7 @@ any decode step): `Req.can_sample`.
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -48,6 +49,7 @@ class Req:
         self.cached_len = 0  # tokens whose KV is in the pool
         self.device_len = 0  # cached_len + extend_len of the batch in flight
         self.prefix_len = 0  # prompt tokens that came from the prefix cache
+        self.arrival = time.monotonic()  # when this worker got it (spf orders by it)
         self.generator: torch.Generator | None = None  # per-request RNG when seeded
         # Its grammar position when sampling.constraint is set (the scheduler makes it).
         self.matcher: RequestMatcher | None = None

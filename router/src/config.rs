@@ -86,9 +86,10 @@ pub struct Config {
     /// with `--schedule-policy lof`, 256 suits large models' batch jobs (their default: off).
     #[arg(help_heading = ENGINE, long, value_parser = clap::value_parser!(u32).range(4..))]
     pub mixed_step_tokens: Option<u32>,
-    /// Queue order of the spawned workers: fcfs, or lof (longest max_tokens first, which
+    /// Queue order of the spawned workers: fcfs; lof (longest max_tokens first, which
     /// shortens a batch job submitted at once but lets long requests overtake short ones);
-    /// their default, fcfs, when absent.
+    /// or spf (shortest prompt first, overtaking bounded by arrival time). Their default
+    /// when absent: spf when serving on a GPU, fcfs on CPU.
     #[arg(help_heading = ENGINE, long, value_enum)]
     pub schedule_policy: Option<Policy>,
     /// KV cache capacity of each spawned worker, in tokens (their default when absent: what
@@ -324,6 +325,7 @@ impl Device {
 pub enum Policy {
     Fcfs,
     Lof,
+    Spf,
 }
 
 impl Policy {
@@ -331,6 +333,7 @@ impl Policy {
         match self {
             Self::Fcfs => "fcfs",
             Self::Lof => "lof",
+            Self::Spf => "spf",
         }
     }
 }

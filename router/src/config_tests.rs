@@ -147,6 +147,8 @@ fn enums_and_errors() {
         (c.mixed_chunk_size, c.mixed_step_tokens, c.schedule_policy),
         (Some(128), Some(256), Some(Policy::Lof))
     );
+    let spf = parse(&["--schedule-policy", "spf"]).unwrap().schedule_policy;
+    assert_eq!(spf.map(Policy::as_str), Some("spf"));
     let err = parse(&["--device", "tpu"]).unwrap_err();
     assert_eq!(err.exit_code(), 2);
     for bad in [
@@ -154,7 +156,7 @@ fn enums_and_errors() {
         ["--chunk-size", "0"],
         ["--mixed-chunk-size", "0"],
         ["--mixed-step-tokens", "3"],
-        ["--schedule-policy", "sjf"],
+        ["--schedule-policy", "lifo"],
     ] {
         assert_eq!(parse(&bad).unwrap_err().exit_code(), 2);
     }

@@ -108,11 +108,13 @@ def test_new_requests_join_while_others_decode(make_scheduler: Any) -> None:
     assert [o.rid for o in first] == [0, 0]
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "lof"])
+@pytest.mark.parametrize("policy", ["fcfs", "lof", "spf"])
 def test_the_policy_orders_admission(make_scheduler: Any, policy: str) -> None:
     sched = make_scheduler(max_running=2, policy=policy)
+    sched.budget.prompt_token_s = 1.0  # spf: a window far wider than the arrivals' gaps
     lengths = [3, 20, 7, 20, 5]
-    msgs = [Generate(i, PROMPTS[i], SamplingParams(max_new_tokens=n, ignore_eos=True))
+    prompts = [PROMPTS[k] for k in (4, 0, 3, 1, 2)]  # 17, 5, 14, 8 and 11 tokens
+    msgs = [Generate(i, prompts[i], SamplingParams(max_new_tokens=n, ignore_eos=True))
             for i, n in enumerate(lengths)]
     first_token_order: list[int] = []
     for m in msgs:
@@ -120,8 +122,8 @@ def test_the_policy_orders_admission(make_scheduler: Any, policy: str) -> None:
     while sched.has_work:
         first_token_order += [o.rid for o in sched.step() if o.rid not in first_token_order]
     # Two slots: the order in which requests get their first token is the admission order.
-    want = [1, 3, 2, 4, 0] if policy == "lof" else [0, 1, 2, 3, 4]
-    assert first_token_order == want
+    want = {"fcfs": [0, 1, 2, 3, 4], "lof": [1, 3, 2, 4, 0], "spf": [1, 3, 4, 2, 0]}
+    assert first_token_order == want[policy]
     assert_all_free(sched)
 
 

@@ -48,7 +48,7 @@ OPS = st.lists(  # tokens: 10 at least, so max_new_tokens (<= 6) always ends the
 
 COMMON = {  # the scheduler's settings, drawn for each example
     "page_size": st.sampled_from([1, 4, 16]), "chunk": st.sampled_from([5, 64]),
-    "cache": st.sampled_from(["radix", "naive"]), "policy": st.sampled_from(["fcfs", "lof"]),
+    "cache": st.sampled_from(["radix", "naive"]), "policy": st.sampled_from(["fcfs", "lof", "spf"]),
     "mixed": st.sampled_from([None, 2]), "steps": st.sampled_from([None, 4, 8]),
 }
 
