@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from minisgl_worker.default_model import ensure_default_model
 
@@ -102,6 +103,36 @@ def test_a_remote_worker_that_stops_answering_is_marked_down_until_it_answers(
         assert again.status_code == 200, again.text
     finally:
         worker.send_signal(signal.SIGCONT)
+        if server is not None:
+            server.proc.send_signal(signal.SIGINT)
+            assert server.proc.wait(timeout=60) == 0, server.log_tail()
+        worker.kill()
+        worker.wait()
+
+
+def test_a_remote_worker_in_a_step_longer_than_the_heartbeat_is_not_taken_for_dead(
+    tmp_path: Path,
+) -> None:
+    """One chunk of a ~7,900-token prompt is one CPU step of several seconds, past the
+    router's 4 s heartbeat: the worker's beat (scheduler/io.py) keeps it heard from."""
+    port, log_path = free_port(), tmp_path / "worker.log"
+    worker = start_worker(port, log_path)
+    server = None
+    try:
+        server = start_router(tmp_path, "--worker", f"tcp://127.0.0.1:{port}")
+        assert complete(server, "The capital of France is").status_code == 200
+        prompt = [1000 + (7 * i) % 9000 for i in range(7900)]
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+        t = time.monotonic()
+        r = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=300)
+        took = time.monotonic() - t
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 7900
+        assert "heartbeat" not in server.log_path.read_text()
+        if took < 4.5:
+            pytest.skip(f"this machine prefilled 7,900 tokens in {took:.1f} s, within the "
+                        "heartbeat: nothing was shown")
+    finally:
         if server is not None:
             server.proc.send_signal(signal.SIGINT)
             assert server.proc.wait(timeout=60) == 0, server.log_tail()

@@ -34,7 +34,7 @@ from ..protocol import (
     Step,
     TokenOutput,
 )
-from .io import ZmqIO
+from .io import Beat, ZmqIO
 from .report import check_invariants, load
 from .scheduler import Scheduler
 
@@ -76,6 +76,15 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
     are aborted, as they are when a frame finds no router connected. Ready is followed by
     every block the prefix cache holds: the router's index of this worker starts empty."""
     logger.info("listening on %s", io.address)
+    beat = Beat(io, load(scheduler))  # io.py: a long step still sends a Load each second
+    try:
+        _serve(scheduler, io, ready, parent_pid, comm, beat)
+    finally:
+        beat.close()
+
+
+def _serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None,
+           comm: Communicator | None, beat: Beat) -> None:
     last_load = time.monotonic()
     pending: list[RouterMsg] = []  # aborts decided here, applied with the next turn's msgs
     while True:
@@ -93,7 +102,8 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
             comm.broadcast_objects(msgs)
         if _apply(scheduler, msgs, out, ready):
             return
-        outputs = _step(scheduler, out, fatal=comm is not None)
+        with beat.step():
+            outputs = _step(scheduler, out, fatal=comm is not None)
         events = scheduler.cache.events()
         if events is not None:
             out.append(events)
@@ -107,7 +117,8 @@ def serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None 
         interval = LOAD_INTERVAL_BUSY_S if scheduler.has_work else LOAD_INTERVAL_IDLE_S
         if time.monotonic() - last_load >= interval:
             last_load = time.monotonic()
-            io.send([load(scheduler)])
+            beat.last = load(scheduler)
+            io.send([beat.last])
 
 
 def follow(scheduler: Scheduler, comm: Communicator) -> None:

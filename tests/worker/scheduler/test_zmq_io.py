@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import msgpack
@@ -18,6 +19,7 @@ from minisgl_worker.protocol import (
     encode_frame,
 )
 from minisgl_worker.scheduler import ZmqIO
+from minisgl_worker.scheduler.io import Beat
 
 
 def test_frames_round_trip_and_bad_frames_become_errors(tmp_path: Path) -> None:
@@ -68,3 +70,31 @@ def test_close_removes_the_ipc_socket_file(tmp_path: Path) -> None:
     io.close(linger_ms=0)
     assert not path.exists()
     ZmqIO("tcp://127.0.0.1:0").close(linger_ms=0)  # nothing to remove
+
+
+def test_a_step_longer_than_a_beat_sends_the_last_load_on_each_beat(tmp_path: Path) -> None:
+    io = ZmqIO(f"ipc://{tmp_path}/beat.sock")
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.connect(io.address)
+    beat = Beat(io, Load(0, 0, 0, 0, 10), interval_s=0.05)
+    try:
+        time.sleep(0.2)  # between steps the loop sends its own Loads: the beat is quiet
+        with beat.step():
+            pass  # a step shorter than a beat
+        time.sleep(0.2)
+        assert not peer.poll(0)
+        beat.last = Load(1, 0, 0, 0, 10)
+        with beat.step():
+            time.sleep(0.5)
+        frames = []
+        while peer.poll(100):
+            frames += decode_frame(peer.recv())
+        assert len(frames) >= 2 and set(frames) == {Load(1, 0, 0, 0, 10)}, frames
+        time.sleep(0.2)
+        assert not peer.poll(0)  # the step is over
+    finally:
+        beat.close()
+        peer.close(linger=0)
+        ctx.term()
+        io.close(linger_ms=0)
