@@ -12,6 +12,7 @@ grammar compiled, which the other ranks wait for (scheduler/compiling.py)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,11 @@ class LLM:
         ids = [self.tokenizer.encode(p).ids if isinstance(p, str) else list(p) for p in prompts]
         results: dict[int, dict[str, Any]] = {}
         added: list[RouterMsg | GrammarCompiled] = []
+        now = time.monotonic()  # one arrival for the batch, on every rank
         for input_ids, sp in zip(ids, plist):
             msg = Generate(self._next_rid, input_ids, sp)
             self._next_rid += 1
-            error = self.scheduler.add_request(msg)
+            error = self.scheduler.add_request(msg, arrival=now)
             if error is not None:  # the other ranks have not seen any of them yet
                 for rid in results:  # leave the scheduler as it was
                     self.scheduler.abort(rid)
@@ -93,7 +95,7 @@ class LLM:
             if sp.constraint is not None:
                 added.append(GrammarCompiled(msg.rid))
         while self.scheduler.has_work:
-            self._broadcast(added)
+            self._broadcast(added, now)
             added = []
             for out in self.scheduler.step():
                 res = results[out.rid]
@@ -112,10 +114,12 @@ class LLM:
         self.scheduler.drop_prefix_cache()
         self._broadcast([DropPrefixCache()])
 
-    def _broadcast(self, msgs: Sequence[RouterMsg | DropPrefixCache | GrammarCompiled]) -> None:
-        """The other ranks apply `msgs` (applied here already) and step with us."""
+    def _broadcast(self, msgs: Sequence[RouterMsg | DropPrefixCache | GrammarCompiled],
+                   now: float = 0.0) -> None:
+        """The other ranks apply `msgs` (applied here already; `now`: its requests' arrival)
+        and step with us (scheduler/loop.py's `follow`)."""
         if self._ranks is not None:
-            get_comm().broadcast_objects(list(msgs))
+            get_comm().broadcast_objects([now, list(msgs)])
 
     def shutdown(self) -> None:
         if self._ranks is not None:

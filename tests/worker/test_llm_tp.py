@@ -80,3 +80,31 @@ def test_tp2_grammar_rows_under_overlap_keep_the_ranks_together(tmp_path: Path) 
     assert steps == list(range(steps[0], steps[0] + 16)), batches
     assert {0, 1} in batches and {1} in batches, batches  # beside the others, then alone
     assert len(results[0][1]) == 16 and all(ord("a") <= t <= ord("z") for t in results[0][1])
+
+
+
+def test_tp2_spf_orders_every_rank_s_queue_alike(tmp_path: Path) -> None:
+    """spf orders the queue by arrival time and prompt length; the arrival is rank 0's
+    (llm.py, scheduler/loop.py), so with one request slot both ranks admit the same
+    request at each step, shortest prompt first, and answer what one rank does."""
+    save_tiny_model(tmp_path)
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[1]]  # 40, 5 and 2 tokens
+    results, admitted = [], []  # admitted: rank 0's rids in the order of their first step
+    for tp in (2, 1):
+        llm = LLM(tmp_path, tp=tp, device="cpu", kv_tokens=1024, page_size=2, policy="spf",
+                  max_running=1)
+        forward = llm.engine.forward_batch
+
+        def recorded(batch: Any, *args: Any, forward: Any = forward) -> Any:
+            admitted.extend(r.rid for r in batch.reqs if r.rid not in admitted)
+            return forward(batch, *args)
+
+        if tp == 2:
+            llm.engine.forward_batch = recorded  # type: ignore[method-assign]
+        try:
+            results.append([r["token_ids"] for r in llm.generate(prompts, params)])
+        finally:
+            llm.shutdown()
+    assert admitted == [2, 1, 0]
+    assert results[0] == results[1]

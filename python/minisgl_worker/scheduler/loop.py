@@ -98,9 +98,10 @@ def _serve(scheduler: Scheduler, io: ZmqIO, ready: Ready, parent_pid: int | None
             msgs += received
             msgs += [GrammarCompiled(rid) for rid in scheduler.compiling.done()]
             out += errors
+        now = time.monotonic()  # the turn's arrival time for every rank (spf orders by it)
         if comm is not None:
-            comm.broadcast_objects(msgs)
-        if _apply(scheduler, msgs, out, ready):
+            comm.broadcast_objects([now, msgs])
+        if _apply(scheduler, msgs, out, ready, now):
             return
         with beat.step():
             outputs = _step(scheduler, out, fatal=comm is not None)
@@ -126,8 +127,8 @@ def follow(scheduler: Scheduler, comm: Communicator) -> None:
     Errors are rank 0's to send; a failed step or a lost rank 0 raises (the group goes
     down together)."""
     while True:
-        msgs = comm.broadcast_objects(None)
-        if _apply(scheduler, msgs, [], None):
+        now, msgs = comm.broadcast_objects(None)
+        if _apply(scheduler, msgs, [], None, now):
             return
         _step(scheduler, [], fatal=True)
         scheduler.cache.events()  # rank 0 reports the cache (the same blocks): drop ours
@@ -142,9 +143,9 @@ def _wait(scheduler: Scheduler, last_load: float) -> float:
 
 
 def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache | GrammarCompiled],
-           out: list[Msg], ready: Ready | None) -> bool:
+           out: list[Msg], ready: Ready | None, now: float) -> bool:
     """Apply one turn's messages in order, appending what to send to `out` -> whether a
-    Shutdown came."""
+    Shutdown came. `now`: the turn's time on rank 0, the arrival of its requests."""
     for msg in msgs:
         if isinstance(msg, Shutdown):
             logger.info("shutdown requested")
@@ -162,7 +163,7 @@ def _apply(scheduler: Scheduler, msgs: Sequence[RouterMsg | DropPrefixCache | Gr
             error = scheduler.grammar_compiled(msg.rid)
             out += [error] if error is not None else []
             continue
-        error = _handle(scheduler, msg)
+        error = _handle(scheduler, msg, now)
         if error is not None:
             out.append(error)
     return False
@@ -178,10 +179,10 @@ def _abort_all(scheduler: Scheduler, why: str) -> list[int]:
     return rids
 
 
-def _handle(scheduler: Scheduler, msg: Msg) -> Error | None:
+def _handle(scheduler: Scheduler, msg: Msg, now: float) -> Error | None:
     try:
         if isinstance(msg, Generate):  # a new grammar compiles off the loop
-            return scheduler.add_request(msg, compile_now=False)
+            return scheduler.add_request(msg, compile_now=False, arrival=now)
         if isinstance(msg, Abort):
             scheduler.abort(msg.rid)
             return None

@@ -101,15 +101,19 @@ class Scheduler:
         logger.info("scheduler: cache %s, %s, overlap %s (defaults derived from %s)",
                     prefix_cache, self.budget.describe(), "on" if overlap else "off", derived.why)
 
-    def add_request(self, msg: Generate, compile_now: bool = True) -> Error | None:
+    def add_request(self, msg: Generate, compile_now: bool = True,
+                    arrival: float | None = None) -> Error | None:
         """Queues the request, or says why not. A grammar that is not cached compiles now,
         or with `compile_now` False (serving) on a helper thread: the request waits in
-        `compiling` until `grammar_compiled(rid)`."""
+        `compiling` until `grammar_compiled(rid)`. `arrival` (time.monotonic() by default):
+        rank 0's, in a TP group, so that every rank orders its queue alike."""
         if msg.rid in self.reqs:
             return Error(msg.rid, ErrorCode.BAD_MESSAGE, f"rid {msg.rid} is already running")
         req = admit(msg, self.engine, self.max_context)
         if isinstance(req, Error):
             return req
+        if arrival is not None:
+            req.arrival = arrival
         ready = self.compiling.attach(req, compile_now)
         if isinstance(ready, Error):
             return ready
