@@ -147,7 +147,9 @@ fn enums_and_errors() {
         (c.mixed_chunk_size, c.mixed_step_tokens, c.schedule_policy),
         (Some(128), Some(256), Some(Policy::Lof))
     );
-    let spf = parse(&["--schedule-policy", "spf"]).unwrap().schedule_policy;
+    let spf = parse(&["--schedule-policy", "spf"])
+        .unwrap()
+        .schedule_policy;
     assert_eq!(spf.map(Policy::as_str), Some("spf"));
     let err = parse(&["--device", "tpu"]).unwrap_err();
     assert_eq!(err.exit_code(), 2);
