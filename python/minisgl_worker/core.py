@@ -50,6 +50,7 @@ class Req:
         self.device_len = 0  # cached_len + extend_len of the batch in flight
         self.prefix_len = 0  # prompt tokens that came from the prefix cache
         self.arrival = time.monotonic()  # when this worker got it (spf orders by it)
+        self.queue_key = 0.0  # its place in the waiting queue under spf (budget.py)
         self.generator: torch.Generator | None = None  # per-request RNG when seeded
         # Its grammar position when sampling.constraint is set (the scheduler makes it).
         self.matcher: RequestMatcher | None = None

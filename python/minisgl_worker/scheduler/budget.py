@@ -3,9 +3,11 @@
 Order. First come, first served ("fcfs"); longest max_new_tokens first ("lof", SGLang's
 name), for a batch submitted at once: the requests admitted last then finish soonest; or
 shortest prompt first ("spf"), bounded: a request's key is its arrival time plus SPF_WINDOW
-times its prompt's estimated compute, and the queue is in key order. A prompt is then passed
-over only by shorter ones that arrive within that window after it (SPF_WINDOW x its own
-prefill time: ~0.8 s for 1,024 tokens of Llama-3.1-8B on an H200), never for longer.
+times its prompt's estimated compute (the tokens the prefix cache does not hold as it
+arrives: a long conversation's next turn is short work), and the queue is in key order. A
+prompt is then passed over only by shorter ones that arrive within that window after it
+(SPF_WINDOW x its own prefill time: ~0.8 s for 1,024 tokens of Llama-3.1-8B on an H200),
+never for longer.
 
 Budget. A step takes at most `chunk_size` tokens, decodes included. A step with decodes
 takes at most `mixed_chunk_size` prompt tokens, which bounds how long a prompt stalls the
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..models import ModelConfig
+    from .cache import CacheManager
 
 POLICIES = ("fcfs", "lof", "spf")
 SPF_WINDOW = 32  # spf: prompts of N tokens yield to shorter ones arriving 32 prefills of N later
@@ -198,20 +201,24 @@ class StepBudget:
         beside = f"{self.mixed_chunk_size} beside decodes{capped}"
         return f"chunk {self.chunk_size} ({beside}), {self.policy}"
 
-    def enqueue(self, waiting: deque[Req], req: Req) -> None:
+    def enqueue(self, waiting: deque[Req], req: Req, cache: CacheManager | None = None) -> None:
+        """Into the waiting queue at the policy's place; spf counts the prompt tokens
+        `cache` does not hold."""
         i = len(waiting)
         if self.policy == "lof":  # after every waiting request with as long a max output
             n = req.sampling.max_new_tokens
             while i and waiting[i - 1].sampling.max_new_tokens < n:
                 i -= 1
         elif self.policy == "spf":  # after every waiting request with as small a key
-            key = self.spf_key(req)
-            while i and self.spf_key(waiting[i - 1]) > key:
+            cached = 0
+            if cache is not None:
+                cached = len(cache.prefix_cache.match_prefix(req.input_ids[:-1]).pages)
+                cached *= cache.page_size
+            uncached = len(req.input_ids) - cached
+            req.queue_key = req.arrival + SPF_WINDOW * self.prompt_token_s * uncached
+            while i and waiting[i - 1].queue_key > req.queue_key:
                 i -= 1
         waiting.insert(i, req)
-
-    def spf_key(self, req: Req) -> float:
-        return req.arrival + SPF_WINDOW * self.prompt_token_s * len(req.input_ids)
 
     def prompt_tokens(self, num_decodes: int) -> int:
         """Prompt tokens a step may take beside `num_decodes` decodes (at least 1)."""

@@ -119,14 +119,14 @@ class Scheduler:
             return ready
         self.reqs[req.rid] = req
         if ready:
-            self.budget.enqueue(self.waiting, req)
+            self.budget.enqueue(self.waiting, req, self.cache)
         return None
 
     def grammar_compiled(self, rid: int) -> Error | None:
         """Queues a request whose grammar compiled, or ends it with the error."""
         done = self.compiling.finish(rid)
         if isinstance(done, Req):
-            self.budget.enqueue(self.waiting, done)
+            self.budget.enqueue(self.waiting, done, self.cache)
         elif done is not None:
             del self.reqs[rid]
         return done if isinstance(done, Error) else None

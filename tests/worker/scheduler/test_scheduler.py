@@ -127,6 +127,20 @@ def test_the_policy_orders_admission(make_scheduler: Any, policy: str) -> None:
     assert_all_free(sched)
 
 
+def test_spf_counts_only_what_the_prefix_cache_does_not_hold(make_scheduler: Any) -> None:
+    sched = make_scheduler(max_running=1, policy="spf", page_size=4)
+    sched.budget.prompt_token_s = 1.0  # a window far wider than the arrivals' gaps
+    run(sched, [Generate(0, PROMPTS[5], GREEDY)])  # its 20 prompt tokens stay cached
+    follow_up = PROMPTS[5] + [9, 9, 9]  # 23 tokens, 20 of them cached: 3 to compute
+    first: list[int] = []
+    for m in (Generate(1, PROMPTS[1], GREEDY), Generate(2, follow_up, GREEDY)):  # 8, then 23
+        assert sched.add_request(m) is None
+    while sched.has_work:
+        first += [o.rid for o in sched.step() if o.rid not in first]
+    assert first == [2, 1]
+    assert_all_free(sched)
+
+
 def test_an_unknown_policy_is_an_error_that_names_the_choices(make_scheduler: Any) -> None:
     with pytest.raises(ValueError, match="policy must be one of .*fcfs.*lof.*'sjf'"):
         make_scheduler(policy="sjf")
