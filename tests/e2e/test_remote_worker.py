@@ -40,6 +40,16 @@ def complete(server: Server, prompt: str) -> requests.Response:
     return requests.post(f"{server.base_url}/v1/completions", json=body, timeout=120)
 
 
+def stop(server: Server | None, worker: subprocess.Popen) -> None:
+    """The router (it must exit cleanly), then the worker: a remote worker outlives the
+    router, and this one is ours to stop."""
+    if server is not None:
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=60) == 0, server.log_tail()
+    worker.kill()
+    worker.wait()
+
+
 def test_a_remote_worker_that_restarts_is_served_again(tmp_path: Path) -> None:
     port, log_path = free_port(), tmp_path / "worker.log"
     worker = start_worker(port, log_path)
@@ -62,11 +72,7 @@ def test_a_remote_worker_that_restarts_is_served_again(tmp_path: Path) -> None:
         assert "connecting again" in server.log_path.read_text()
         assert "a router connected" in log_path.read_text()
     finally:
-        if server is not None:
-            server.proc.send_signal(signal.SIGINT)
-            assert server.proc.wait(timeout=60) == 0, server.log_tail()
-        worker.kill()  # a remote worker outlives the router; this one is ours to stop
-        worker.wait()
+        stop(server, worker)
 
 
 def test_a_remote_worker_that_stops_answering_is_marked_down_until_it_answers(
@@ -103,11 +109,7 @@ def test_a_remote_worker_that_stops_answering_is_marked_down_until_it_answers(
         assert again.status_code == 200, again.text
     finally:
         worker.send_signal(signal.SIGCONT)
-        if server is not None:
-            server.proc.send_signal(signal.SIGINT)
-            assert server.proc.wait(timeout=60) == 0, server.log_tail()
-        worker.kill()
-        worker.wait()
+        stop(server, worker)
 
 
 def test_a_remote_worker_in_a_step_longer_than_the_heartbeat_is_not_taken_for_dead(
@@ -133,8 +135,4 @@ def test_a_remote_worker_in_a_step_longer_than_the_heartbeat_is_not_taken_for_de
             pytest.skip(f"this machine prefilled 7,900 tokens in {took:.1f} s, within the "
                         "heartbeat: nothing was shown")
     finally:
-        if server is not None:
-            server.proc.send_signal(signal.SIGINT)
-            assert server.proc.wait(timeout=60) == 0, server.log_tail()
-        worker.kill()
-        worker.wait()
+        stop(server, worker)

@@ -6,6 +6,7 @@ that sampled its own token would put another token's embedding into the shared s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,25 @@ def _reference_logprobs(ref: torch.nn.Module, prompt: list[int], tokens: list[in
     with torch.no_grad():
         logits = ref(ids).logits[0, len(prompt) - 1 : -1].float()  # (n, V)
     return logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+def _generate(folder: Path, prompts: list[list[int]], params: Any,
+              on_batch: Callable[[Any], None] | None = None, **options: Any) -> list[list[int]]:
+    """The tokens an LLM on `folder` (CPU, 1,024 KV tokens, page 2, `options`) generates;
+    `on_batch` sees each batch rank 0 runs, before its forward."""
+    llm = LLM(folder, device="cpu", kv_tokens=1024, page_size=2, **options)
+    if on_batch is not None:
+        forward = llm.engine.forward_batch
+
+        def recorded(batch: Any, *args: Any) -> Any:
+            on_batch(batch)
+            return forward(batch, *args)
+
+        llm.engine.forward_batch = recorded  # type: ignore[method-assign]
+    try:
+        return [r["token_ids"] for r in llm.generate(prompts, params)]
+    finally:
+        llm.shutdown()
 
 
 @pytest.mark.parametrize("kv_heads,vocab", [(2, 256), (1, 255)], ids=["split", "replicated"])
@@ -60,27 +80,14 @@ def test_tp2_grammar_rows_under_overlap_keep_the_ranks_together(tmp_path: Path) 
     params = [SamplingParams(max_new_tokens=8, ignore_eos=True),
               SamplingParams(max_new_tokens=16, constraint=letters),
               SamplingParams(max_new_tokens=4, ignore_eos=True)]
-    results, batches = [], []  # batches: rank 0's, as the sets of rids that sample
-    for tp, overlap in ((2, True), (1, False)):
-        llm = LLM(tmp_path, tp=tp, overlap=overlap, device="cpu", kv_tokens=1024, page_size=2)
-        forward = llm.engine.forward_batch
-
-        def recorded(batch: Any, *args: Any, forward: Any = forward) -> Any:
-            batches.append({r.rid for r in batch.sample_reqs})
-            return forward(batch, *args)
-
-        if tp == 2:
-            llm.engine.forward_batch = recorded  # type: ignore[method-assign]
-        try:
-            results.append([r["token_ids"] for r in llm.generate(PROMPTS, params)])
-        finally:
-            llm.shutdown()
-    assert results[0] == results[1]
+    batches: list[set[int]] = []  # rank 0's, as the sets of rids that sample
+    tp2 = _generate(tmp_path, PROMPTS, params, lambda b: batches.append(
+        {r.rid for r in b.sample_reqs}), tp=2, overlap=True)
+    assert tp2 == _generate(tmp_path, PROMPTS, params, tp=1, overlap=False)
     steps = [i for i, b in enumerate(batches) if 1 in b]  # rid 1's 16 tokens: every step
     assert steps == list(range(steps[0], steps[0] + 16)), batches
     assert {0, 1} in batches and {1} in batches, batches  # beside the others, then alone
-    assert len(results[0][1]) == 16 and all(ord("a") <= t <= ord("z") for t in results[0][1])
-
+    assert len(tp2[1]) == 16 and all(ord("a") <= t <= ord("z") for t in tp2[1])
 
 
 def test_tp2_spf_orders_every_rank_s_queue_alike(tmp_path: Path) -> None:
@@ -90,21 +97,8 @@ def test_tp2_spf_orders_every_rank_s_queue_alike(tmp_path: Path) -> None:
     save_tiny_model(tmp_path)
     params = SamplingParams(max_new_tokens=4, ignore_eos=True)
     prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[1]]  # 40, 5 and 2 tokens
-    results, admitted = [], []  # admitted: rank 0's rids in the order of their first step
-    for tp in (2, 1):
-        llm = LLM(tmp_path, tp=tp, device="cpu", kv_tokens=1024, page_size=2, policy="spf",
-                  max_running=1)
-        forward = llm.engine.forward_batch
-
-        def recorded(batch: Any, *args: Any, forward: Any = forward) -> Any:
-            admitted.extend(r.rid for r in batch.reqs if r.rid not in admitted)
-            return forward(batch, *args)
-
-        if tp == 2:
-            llm.engine.forward_batch = recorded  # type: ignore[method-assign]
-        try:
-            results.append([r["token_ids"] for r in llm.generate(prompts, params)])
-        finally:
-            llm.shutdown()
+    admitted: list[int] = []  # rank 0's rids in the order of their first step
+    tp2 = _generate(tmp_path, prompts, params, lambda b: admitted.extend(
+        r.rid for r in b.reqs if r.rid not in admitted), tp=2, policy="spf", max_running=1)
     assert admitted == [2, 1, 0]
-    assert results[0] == results[1]
+    assert tp2 == _generate(tmp_path, prompts, params, tp=1, policy="spf", max_running=1)
