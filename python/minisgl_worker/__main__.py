@@ -14,6 +14,7 @@ import time
 
 from .distributed.ranks import LocalRanks, free_addr
 from .kvcache import CACHE_KINDS
+from .models import ModelConfig, ModelConfigError
 from .rank import run_rank
 from .scheduler.budget import POLICIES
 
@@ -207,6 +208,11 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:  # before any rank starts: a config we cannot serve is one line, not a traceback
+        ModelConfig.from_hf(args.model)
+    except ModelConfigError as e:
+        print(f"minisgl_worker: error: {e}", file=sys.stderr)
+        return 2
     if args.parent_pid is not None:
         _exit_when_orphaned(args.parent_pid)
     if args.tp == 1:

@@ -3,6 +3,7 @@ line naming the chat page and the API, and no progress bars where stderr is not 
 (CI logs, files, pipes); on a terminal the bars show."""
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -10,8 +11,11 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
-from tests.e2e.conftest import Server
+from minisgl_worker.default_model import ensure_default_model
+
+from tests.e2e.conftest import Server, launch_router
 
 STAGES = [  # in the order they happen
     r"\[worker 0\] .* model loaded in \d+\.\d s \(135M parameters",
@@ -66,3 +70,26 @@ def run_bar(stderr_is_tty: bool) -> str:
 def test_progress_bars_only_on_a_terminal() -> None:
     assert "stage: 100%" in run_bar(stderr_is_tty=True)
     assert run_bar(stderr_is_tty=False) == ""
+
+
+def test_a_model_we_cannot_serve_stops_the_start_with_one_line_naming_the_field(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    default = Path(ensure_default_model())
+    for file in default.iterdir():
+        if file.name != "config.json":
+            (folder / file.name).symlink_to(file)
+    config = json.loads((default / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mixtral"}))
+    server = launch_router(tmp_path, "--model", str(folder))
+    try:
+        code = server.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        raise
+    log = server.log_path.read_text()
+    assert code != 0, log
+    assert (f"minisgl_worker: error: {folder / 'config.json'}: model_type 'mixtral' is not "
+            "supported (supported: llama, mistral, qwen2, qwen3)") in log, log
+    assert "Traceback" not in log, log

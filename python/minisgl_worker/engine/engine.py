@@ -58,6 +58,9 @@ class Engine:
         self.device = device = config.resolve_device()
         self.dtype = config.resolve_dtype(device)
         self.model_config = cfg = ModelConfig.from_hf(config.model_path)
+        if cfg.sliding_window is not None:
+            logger.warning("the model's sliding window (%d tokens) caps its context: attention "
+                           "here reads the whole context", cfg.sliding_window)
         self.tp = tp = get_tp_info()
         # This rank's heads and MLP columns: what the KV pool, attention and kernels see.
         self.rank_config = rcfg = cfg.per_rank(tp.size)

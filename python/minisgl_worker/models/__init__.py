@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 
 from ..layers import Kernels
-from .config import ModelConfig
+from .config import ModelConfig, ModelConfigError
 from .llama import LlamaForCausalLM, linear_shapes
 from .weights import init_random, load_safetensors
 
-__all__ = ["LlamaForCausalLM", "ModelConfig", "create_model", "linear_shapes"]
+__all__ = ["LlamaForCausalLM", "ModelConfig", "ModelConfigError", "create_model", "linear_shapes"]
 
 
 @contextmanager
