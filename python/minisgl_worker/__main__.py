@@ -11,10 +11,11 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from .distributed.ranks import LocalRanks, free_addr
 from .kvcache import CACHE_KINDS
-from .models import ModelConfig, ModelConfigError
+from .models import CheckpointError, ModelConfig, ModelConfigError, check_checkpoint
 from .rank import run_rank
 from .scheduler.budget import POLICIES
 
@@ -208,9 +209,11 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:  # before any rank starts: a config we cannot serve is one line, not a traceback
-        ModelConfig.from_hf(args.model)
-    except ModelConfigError as e:
+    try:  # before any rank starts: a model we cannot serve is one line, not a traceback
+        cfg = ModelConfig.from_hf(args.model)
+        if args.load_format == "safetensors":
+            check_checkpoint(Path(args.model), cfg)
+    except (ModelConfigError, CheckpointError) as e:
         print(f"minisgl_worker: error: {e}", file=sys.stderr)
         return 2
     if args.parent_pid is not None:

@@ -13,7 +13,9 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
 from minisgl_worker.default_model import ensure_default_model
+from safetensors.torch import load_file, save_file
 
 from tests.e2e.conftest import Server, launch_router
 
@@ -72,16 +74,28 @@ def test_progress_bars_only_on_a_terminal() -> None:
     assert run_bar(stderr_is_tty=False) == ""
 
 
+@pytest.mark.parametrize(("breaks", "says"), [
+    ("config", ("{folder}/config.json: model_type 'mixtral' is not supported (supported: "
+     "llama, mistral, qwen2, qwen3)")),
+    ("weights", ("{folder} does not hold the model its config.json describes: "
+     "model.norm.weight is missing")),
+])
 def test_a_model_we_cannot_serve_stops_the_start_with_one_line_naming_the_field(
-        tmp_path: Path) -> None:
+        tmp_path: Path, breaks: str, says: str) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
     default = Path(ensure_default_model())
     for file in default.iterdir():
-        if file.name != "config.json":
+        if file.name not in ("config.json", "model.safetensors"):
             (folder / file.name).symlink_to(file)
     config = json.loads((default / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mixtral"}))
+    weights = load_file(default / "model.safetensors")
+    if breaks == "config":
+        config["model_type"] = "mixtral"
+    else:
+        del weights["model.norm.weight"]
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(weights, folder / "model.safetensors")
     server = launch_router(tmp_path, "--model", str(folder))
     try:
         code = server.proc.wait(timeout=120)
@@ -90,6 +104,5 @@ def test_a_model_we_cannot_serve_stops_the_start_with_one_line_naming_the_field(
         raise
     log = server.log_path.read_text()
     assert code != 0, log
-    assert (f"minisgl_worker: error: {folder / 'config.json'}: model_type 'mixtral' is not "
-            "supported (supported: llama, mistral, qwen2, qwen3)") in log, log
+    assert f"minisgl_worker: error: {says.format(folder=folder)}" in log, log
     assert "Traceback" not in log, log

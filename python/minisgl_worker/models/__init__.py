@@ -11,9 +11,10 @@ import torch
 from ..layers import Kernels
 from .config import ModelConfig, ModelConfigError
 from .llama import LlamaForCausalLM, linear_shapes
-from .weights import init_random, load_safetensors
+from .weights import CheckpointError, check_checkpoint, init_random, load_safetensors
 
-__all__ = ["LlamaForCausalLM", "ModelConfig", "ModelConfigError", "create_model", "linear_shapes"]
+__all__ = ["CheckpointError", "LlamaForCausalLM", "ModelConfig", "ModelConfigError",
+           "check_checkpoint", "create_model", "linear_shapes"]
 
 
 @contextmanager
@@ -41,5 +42,5 @@ def create_model(
     if load_format == "dummy":
         init_random(model, cfg)
     else:
-        load_safetensors(model, Path(path), cfg.tie_word_embeddings)
+        load_safetensors(model, Path(path), cfg)
     return model.eval()

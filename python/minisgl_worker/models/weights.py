@@ -30,14 +30,60 @@ _MERGED = {
 }
 
 
+# Weights this worker computes with; a quantized or integer tensor is refused, not cast.
+WEIGHT_DTYPES = ("BF16", "F16", "F32")
+
+
+class CheckpointError(ValueError):
+    """Safetensors that do not hold the model config.json describes; names the tensor."""
+
+
 def _safetensors_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / f for f in files]
+        files = [path / f for f in sorted(set(json.loads(index.read_text())["weight_map"]
+                                                  .values()))]
+        absent = [f.name for f in files if not f.exists()]
+        if absent:
+            raise CheckpointError(f"{index} names files that are not there: {absent[:4]}")
+        return files
     files = sorted(path.glob("*.safetensors"))
-    assert files, f"no *.safetensors in {path}"
+    if not files:
+        raise CheckpointError(f"no *.safetensors in {path}")
     return files
+
+
+def check_checkpoint(path: Path, cfg: ModelConfig) -> None:
+    """The folder's tensors (names, shapes, dtypes, from the files' headers alone) against
+    those `cfg` needs, so a checkpoint of another model fails before anything is loaded."""
+    expected = dict(checkpoint_shapes(cfg))
+    found: set[str] = set()
+    problems = []
+    for file in _safetensors_files(path):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+                found.add(name)
+                if _skipped(name, cfg.tie_word_embeddings):
+                    continue
+                tensor = f.get_slice(name)
+                shape, dtype = tuple(tensor.get_shape()), tensor.get_dtype()
+                if name not in expected:
+                    problems.append(f"{name} is not a tensor of this model")
+                elif shape != expected[name]:
+                    problems.append(f"{name} is {list(shape)}, config.json makes it "
+                                    f"{list(expected[name])}")
+                elif dtype not in WEIGHT_DTYPES:
+                    problems.append(f"{name} is {dtype} (weights must be "
+                                    f"{', '.join(WEIGHT_DTYPES)})")
+    problems += [f"{name} is missing" for name in expected if name not in found]
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise CheckpointError(f"{path} does not hold the model its config.json describes: "
+                              f"{'; '.join(problems[:4])}{more}")
+
+
+def _skipped(hf_name: str, tied: bool) -> bool:
+    return "rotary_emb.inv_freq" in hf_name or (tied and hf_name == "lm_head.weight")
 
 
 def _iter_tensors(path: Path) -> Iterator[tuple[str, Any]]:
@@ -63,7 +109,7 @@ def load_tensors(model: nn.Module, tensors: Iterable[tuple[str, Any]], tied: boo
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded: set[str] = set()
     for hf_name, tensor in tensors:
-        if "rotary_emb.inv_freq" in hf_name or (tied and hf_name == "lm_head.weight"):
+        if _skipped(hf_name, tied):
             continue
         name, shard = _map_name(hf_name)
         assert name in params, f"checkpoint tensor {hf_name} has no parameter ({name})"
@@ -83,13 +129,15 @@ def load_tensors(model: nn.Module, tensors: Iterable[tuple[str, Any]], tied: boo
     assert not missing, f"parameters missing from the checkpoint: {missing[:8]}"
 
 
-def load_safetensors(model: nn.Module, path: Path, tied: bool) -> None:
+def load_safetensors(model: nn.Module, path: Path, cfg: ModelConfig) -> None:
     """Every tensor of the folder into `model`, with a bar per tensor on a terminal."""
+    check_checkpoint(path, cfg)
     count = 0
     for file in _safetensors_files(path):
         with safe_open(str(file), framework="pt", device="cpu") as f:
             count += len(f.keys())
-    load_tensors(model, progress(_iter_tensors(path), "loading weights", "tensor", count), tied)
+    load_tensors(model, progress(_iter_tensors(path), "loading weights", "tensor", count),
+                 cfg.tie_word_embeddings)
 
 
 def checkpoint_shapes(cfg: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
