@@ -112,7 +112,11 @@ pub async fn start_n(
         } => state.tokenizer.encode(text, add_special_tokens).await?,
         PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
     };
-    check_bias(&params.sampling.logit_bias, state.tokenizer.vocab_size())?;
+    let vocab_size = state.tokenizer.vocab_size();
+    let bias = params.sampling.logit_bias.iter().map(|&(t, _)| t);
+    check_tokens("logit_bias", bias, vocab_size)?;
+    let stop_ids = params.sampling.stop_token_ids.iter().copied();
+    check_tokens("stop_token_ids", stop_ids, vocab_size)?;
     params.fit_to_context(input_ids.len(), state.max_context()?)?;
     let prompt_ids = Arc::new(input_ids);
     let seeded = |i: u32| {
@@ -164,19 +168,19 @@ pub async fn start_n(
 }
 
 fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
-    match ids.iter().find(|&&t| t as usize >= vocab_size) {
-        Some(t) => Err(ApiError::invalid(
-            "prompt",
-            format!("token id {t} is outside the vocabulary of {vocab_size}"),
-        )),
-        None => Ok(ids),
-    }
+    check_tokens("prompt", ids.iter().copied(), vocab_size)?;
+    Ok(ids)
 }
 
-fn check_bias(bias: &[(u32, f64)], vocab_size: usize) -> Result<(), ApiError> {
-    match bias.iter().find(|&&(t, _)| t as usize >= vocab_size) {
-        Some((t, _)) => Err(ApiError::invalid(
-            "logit_bias",
+/// The first of `ids` outside the vocabulary, as a 400 naming `field`.
+fn check_tokens(
+    field: &str,
+    mut ids: impl Iterator<Item = u32>,
+    vocab_size: usize,
+) -> Result<(), ApiError> {
+    match ids.find(|&t| t as usize >= vocab_size) {
+        Some(t) => Err(ApiError::invalid(
+            field,
             format!("token id {t} is outside the vocabulary of {vocab_size}"),
         )),
         None => Ok(()),

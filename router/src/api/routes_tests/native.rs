@@ -284,6 +284,28 @@ async fn logit_bias_reaches_the_worker_and_is_checked_against_the_vocabulary() {
 }
 
 #[tokio::test]
+async fn stop_token_ids_are_checked_against_the_vocabulary() {
+    let s = Setup::normal().await;
+    let (status, _) = send_json(s.app(), chat(json!({"stop_token_ids": [5]}))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        s.fake.log.lock().unwrap().generated[0].2.stop_token_ids,
+        [5]
+    );
+    let body = json!({"stop_token_ids": [5, 4000000000u32], "min_tokens": 1});
+    let (status, body) = send_json(s.app(), chat(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["param"], "stop_token_ids");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("token id 4000000000 is outside the vocabulary of "));
+    assert_eq!(
+        s.fake.log.lock().unwrap().generated.len(),
+        1,
+        "nothing more reached the worker"
+    );
+}
+
+#[tokio::test]
 async fn metrics_count_requests_and_latencies() {
     let s = Setup::normal().await;
     let (status, _) = send(s.app(), chat(json!({}))).await;
