@@ -126,3 +126,22 @@ def test_a_malformed_constraint_is_a_protocol_error(constraint: object, match: s
     sampling = {**wire["msgs"][0]["sampling"], "constraint": constraint}
     with pytest.raises(ProtocolError, match=re.escape(match)):
         decode_frame(_generate_with_sampling(sampling))
+
+
+def test_a_deeply_nested_frame_is_a_protocol_error_not_a_recursion_error() -> None:
+    # 1,000 levels of lists where a message should be: describing it must not recurse.
+    frame = b"\x82\xa1v" + msgpack.packb(VERSION) + b"\xa4msgs\x91" + b"\x91" * 1000 + b"\x00"
+    with pytest.raises(ProtocolError, match=re.escape("must be a map with a 'type'; got [[[[[")):
+        decode_frame(frame)
+
+
+@pytest.mark.parametrize("bias", [[[5.5, 1.0]], [["5", 1.0]], [[5, "1"]], [[True, 1.0]], [[5]],
+                                  {"5": 1.0}])
+def test_logit_bias_must_be_token_and_number_pairs(bias: object) -> None:
+    wire = msgpack.unpackb(
+        encode_frame([Generate(rid=1, input_ids=[1], sampling=SamplingParams())])
+    )
+    sampling = {**wire["msgs"][0]["sampling"], "logit_bias": bias}
+    with pytest.raises(ProtocolError, match=re.escape("sampling.logit_bias must be [[token, "
+                                                      "bias], ...]")):
+        decode_frame(_generate_with_sampling(sampling))

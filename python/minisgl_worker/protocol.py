@@ -7,6 +7,7 @@ bytes match the Rust side (tests/data/protocol/ holds the golden vectors both si
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar
@@ -207,10 +208,10 @@ def _output_to_wire(o: TokenOutput) -> dict[str, Any]:
 
 def _from_wire(raw: Any) -> Msg:
     if not isinstance(raw, dict) or "type" not in raw:
-        raise ProtocolError(f"message must be a map with a 'type'; got {raw!r:.80}")
+        raise ProtocolError(f"message must be a map with a 'type'; got {_brief(raw)}")
     cls = _BY_TYPE.get(raw["type"])
     if cls is None:
-        raise ProtocolError(f"unknown message type {raw['type']!r}")
+        raise ProtocolError(f"unknown message type {_brief(raw['type'])}")
     names = [f.name for f in fields(cls)]
     missing = [n for n in names if n not in raw]
     if missing:
@@ -233,14 +234,27 @@ def _sampling_from_wire(raw: Any) -> SamplingParams:
     if not isinstance(raw, dict) or sorted(raw) != sorted(names):
         keys = sorted(raw) if isinstance(raw, dict) else raw
         raise ProtocolError(
-            f"sampling must be a map with exactly the keys {names}; got {keys!r:.200}"
+            f"sampling must be a map with exactly the keys {names}; got {_brief(keys)}"
         )
-    try:
-        bias = [(int(t), float(b)) for t, b in raw["logit_bias"]]
-    except (TypeError, ValueError) as e:
-        raise ProtocolError(f"sampling.logit_bias must be [[token, bias], ...]: {e}") from e
+    bias = raw["logit_bias"]
+    if not (isinstance(bias, list) and all(_is_bias(pair) for pair in bias)):
+        raise ProtocolError(f"sampling.logit_bias must be [[token, bias], ...]; got "
+                            f"{_brief(bias)}")
+    bias = [(t, float(b)) for t, b in bias]
     return SamplingParams(**{**raw, "logit_bias": bias,
                              "constraint": _constraint_from_wire(raw["constraint"])})
+
+
+def _is_bias(pair: Any) -> bool:
+    return (isinstance(pair, (list, tuple)) and len(pair) == 2
+            and isinstance(pair[0], int) and not isinstance(pair[0], bool)
+            and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool))
+
+
+def _brief(value: Any) -> str:
+    """A bounded description of a bad value (reprlib stops at a depth and a length, where
+    repr() of a deeply nested frame would exhaust the stack)."""
+    return reprlib.repr(value)
 
 
 def _constraint_from_wire(raw: Any) -> Constraint | None:
@@ -248,7 +262,7 @@ def _constraint_from_wire(raw: Any) -> Constraint | None:
         return None
     if not isinstance(raw, dict) or list(raw) != ["kind", "source"]:
         raise ProtocolError(
-            f"sampling.constraint must be nil or {{kind, source}}; got {raw!r:.200}")
+            f"sampling.constraint must be nil or {{kind, source}}; got {_brief(raw)}")
     if not isinstance(raw["source"], str):
         raise ProtocolError("sampling.constraint.source must be a string")
     try:
@@ -259,7 +273,7 @@ def _constraint_from_wire(raw: Any) -> Constraint | None:
 
 def _output_from_wire(raw: Any) -> TokenOutput:
     if not isinstance(raw, dict):
-        raise ProtocolError(f"step output must be a map; got {raw!r:.80}")
+        raise ProtocolError(f"step output must be a map; got {_brief(raw)}")
     top = raw.get("top_logprobs")
     if top is not None:
         raw = {**raw, "top_logprobs": [(t, lp) for t, lp in top]}
@@ -278,7 +292,7 @@ def decode_frame(data: bytes) -> list[Msg]:
         raise ProtocolError(f"frame is not msgpack: {e}") from e
     if not isinstance(raw, dict) or raw.get("v") != VERSION:
         version = raw.get("v") if isinstance(raw, dict) else None
-        raise ProtocolError(f"frame version must be {VERSION}; got {version!r}")
+        raise ProtocolError(f"frame version must be {VERSION}; got {_brief(version)}")
     msgs = raw.get("msgs")
     if not isinstance(msgs, list):
         raise ProtocolError("frame has no 'msgs' list")

@@ -53,7 +53,7 @@ class ZmqIO:
                 return msgs, errors
             try:
                 msgs += decode_frame(data)  # type: ignore[arg-type]
-            except (ProtocolError, TypeError, ValueError, KeyError) as e:
+            except (ProtocolError, TypeError, ValueError, KeyError, RecursionError) as e:
                 logger.warning("dropping a bad frame: %s", e)
                 errors.append(Error(None, ErrorCode.BAD_MESSAGE, f"bad frame: {e}"))
 
