@@ -101,10 +101,10 @@ class Engine:
             self.backend_name, self.kv_pool, self.page_table, cfg.head_dim**-0.5,
             rcfg.num_heads, self.dtype,
         )
-        self.sampler = Sampler(list(cfg.eos_token_ids), device)
         # The last sampled token of each request slot: a decode's input when the host does
-        # not have it yet (overlap scheduling; see scheduler.py).
+        # not have it yet (overlap scheduling; see scheduler.py), and the penalties' too.
         self.token_pool = torch.zeros(self.max_running, dtype=torch.long, device=device)
+        self.sampler = Sampler(list(cfg.eos_token_ids), device, self.token_pool)
         self.ctx = Context(self.attn_backend)
         set_global_ctx(self.ctx)
         self.runners = self._runners(stages)

@@ -16,7 +16,8 @@ argmax; on CUDA, a batch whose rows need nothing but temperature and their gramm
 applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k/top-p
 needs. Greedy, temperature, top-k, top-p, min-p and seeds run without a host sync (sampling
 without a CUDA sync is what lets the overlap loop run ahead); penalties, min_new_tokens
-masks and logprobs sync. A grammar mask needs the request's newest token on the host: under
+masks and logprobs sync. Under overlap a request's newest token may still be pending on the
+host: the penalties read it from the engine's token pool (`newest`), on the device. A grammar mask needs the request's newest token on the host: under
 overlap the scheduler hands over the masks a helper thread filled ahead through `masks`,
 which the sampler calls when it needs them (scheduler.py, constrain/prefetch.py); rows not
 filled ahead are filled here. What the sampler reads of a request's progress (its token
@@ -69,9 +70,13 @@ def _truncates(req: Req) -> bool:
 
 
 class Sampler:
-    def __init__(self, eos_token_ids: list[int], device: torch.device) -> None:
+    def __init__(self, eos_token_ids: list[int], device: torch.device,
+                 newest: torch.Tensor | None = None) -> None:
+        """newest: each request slot's newest sampled token (the engine's token pool), read
+        where the host has it only as PENDING_TOKEN."""
         self.eos_token_ids = list(eos_token_ids)
         self.device = device
+        self.newest = newest
         self._fused = device.type == "cuda"  # Triton one-pass draws (gumbel.py)
         self._rng = random.Random()  # seeds of unseeded requests' fused draws
         self._masks = MaskFiller(pin=device.type == "cuda")
@@ -138,15 +143,31 @@ class Sampler:
                     or req.status is ReqStatus.ABORTED), (req, count)  # aborted: dropped
         return self._masks.fill([r.matcher for r in reqs], vocab, ready)
 
+    def _generated(self, req: Req) -> torch.Tensor:
+        """The request's output tokens on the device. Under overlap the newest is still
+        PENDING_TOKEN on the host (sampled by the batch in flight): it is read from the
+        token pool's row of the request, which holds it until this sample is stored."""
+        ids = req.output_ids
+        pending = bool(ids) and ids[-1] == PENDING_TOKEN
+        known = ids[:-1] if pending else ids
+        assert PENDING_TOKEN not in known[-1:], "at most the newest token is pending"
+        out = to_device(known, self.device, torch.long)
+        if pending:
+            assert self.newest is not None, "a pending token needs the token pool"
+            out = torch.cat([out, self.newest[req.table_idx:req.table_idx + 1]])
+        return out
+
     def _apply_penalties(self, row: torch.Tensor, req: Req) -> None:
         s, vocab = req.sampling, row.shape[0]
-        known = [t for t in req.output_ids if t != PENDING_TOKEN]  # overlap: one in flight
-        if known and (s.frequency_penalty != 0 or s.presence_penalty != 0):
-            out = torch.tensor(known, device=row.device)
+        out = self._generated(req)
+        if out.numel() and (s.frequency_penalty != 0 or s.presence_penalty != 0):
             counts = torch.bincount(out, minlength=vocab)[:vocab].to(row.dtype)
             row -= s.frequency_penalty * counts + s.presence_penalty * (counts > 0)
         if s.repetition_penalty != 1:
-            seen = torch.tensor(sorted(set(req.input_ids + known)), device=row.device)
+            # An id both in the prompt and the output gathers the same value twice and
+            # writes the same result twice.
+            prompt = to_device(sorted(set(req.input_ids)), self.device, torch.long)
+            seen = torch.cat([prompt, out])
             vals = row[seen]
             row[seen] = torch.where(
                 vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty

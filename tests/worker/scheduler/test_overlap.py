@@ -57,3 +57,22 @@ def test_abort_and_finish_of_the_batch_in_flight_free_once(
     outs = run(sched, [])
     assert pending[0].rid not in outs
     assert_all_free(sched)
+
+
+def test_penalties_count_the_token_still_in_flight(
+    engine_factory: Any, tiny_llama: tuple[Path, Any]
+) -> None:
+    """Under overlap a request's newest token is still on the device when its next token is
+    sampled; the penalties must count it as the plain loop does (the immediate repeat is
+    what they exist for)."""
+    penalties = [{"repetition_penalty": 1.3}, {"presence_penalty": 0.5},
+                 {"frequency_penalty": 0.5}]
+    msgs = [Generate(i, PROMPTS[i % len(PROMPTS)],
+                     SamplingParams(max_new_tokens=20, ignore_eos=True, **penalties[i % 3]))
+            for i in range(12)]
+    results = []
+    for overlap in (False, True):
+        sched = _scheduler(engine_factory, tiny_llama[0], overlap, max_running=4)
+        results.append({rid: tokens(o) for rid, o in run(sched, msgs).items()})
+        assert_all_free(sched)
+    assert results[0] == results[1]
