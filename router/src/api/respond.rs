@@ -125,7 +125,11 @@ pub async fn respond<F: Format>(
                         yield text(chunk);
                     }
                 }
-                Err(e) => yield data(&e.body()),
+                Err(e) => {
+                    // Its prompt and the tokens it streamed count as a finish's would.
+                    usages[index as usize] = usage;
+                    yield data(&e.body());
+                }
             }
             item = merged.next().await;
         }

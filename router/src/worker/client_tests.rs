@@ -13,6 +13,7 @@ fn script(stall: bool) -> FakeScript {
         eos: 2,
         max_context: 100,
         stall,
+        fail_after: None,
     }
 }
 

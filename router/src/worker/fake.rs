@@ -26,6 +26,9 @@ pub struct FakeScript {
     pub max_context: u32,
     /// Produce no tokens (requests stay in flight until aborted) until `resume`.
     pub stall: bool,
+    /// After this many tokens of a request, an `internal` error for it instead of the next
+    /// one (as a worker step that failed sends).
+    pub fail_after: Option<u32>,
 }
 
 #[derive(Default)]
@@ -175,6 +178,7 @@ async fn serve(
             }
         }
         if !stalled.load(Ordering::Relaxed) && !running.is_empty() {
+            fail(&script, &mut running, &mut replies);
             let outputs = step(&script, &mut running);
             let mut stored = Vec::new();
             for out in outputs.iter().filter(|o| o.finish.is_some()) {
@@ -204,6 +208,24 @@ async fn serve(
             let _ = socket.send(ZmqMessage::from(encode_frame(&replies))).await;
         }
     }
+}
+
+/// The scripted failures (`fail_after`): an error for each, which ends it.
+fn fail(script: &FakeScript, running: &mut BTreeMap<u64, Running>, replies: &mut Vec<WorkerMsg>) {
+    let Some(after) = script.fail_after else {
+        return;
+    };
+    running.retain(|&rid, req| {
+        if req.produced < after {
+            return true;
+        }
+        replies.push(WorkerMsg::Error {
+            rid: Some(rid),
+            code: ErrorCode::Internal,
+            message: "worker step failed: scripted".into(),
+        });
+        false
+    });
 }
 
 fn step(script: &FakeScript, running: &mut BTreeMap<u64, Running>) -> Vec<TokenOutput> {

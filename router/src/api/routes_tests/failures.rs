@@ -87,6 +87,7 @@ async fn a_request_whose_worker_goes_away_before_its_first_token_is_retried() {
             eos: EOS,
             max_context: 256,
             stall: false,
+            fail_after: None,
         },
     )
     .await;
@@ -259,4 +260,29 @@ async fn chat_without_a_template_is_a_400() {
         .as_str()
         .unwrap()
         .contains("no chat template"));
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_part_way_still_counts_its_usage() {
+    let s = Setup::with(Options {
+        fail_after: Some(2),
+        ..Options::default()
+    })
+    .await;
+    let stream = json!({"stream": true, "n": 2, "stream_options": {"include_usage": true}});
+    let (status, body) = send(s.app(), chat(stream)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let errors = chunks.iter().filter(|c| c.get("error").is_some()).count();
+    assert_eq!(errors, 2, "{body}");
+    let usage = &chunks.last().unwrap()["usage"];
+    let prompt = s.fake.log.lock().unwrap().generated[0].1.len() as u64;
+    assert_eq!(usage["prompt_tokens"], prompt, "{body}");
+    assert_eq!(usage["completion_tokens"], 4, "{body}");
+    assert_eq!(usage["total_tokens"], prompt + 4, "{body}");
 }

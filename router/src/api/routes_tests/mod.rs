@@ -43,6 +43,8 @@ struct Setup {
 struct Options {
     /// The fake worker holds every request until `FakeWorker::resume`.
     stall: bool,
+    /// The fake worker fails each request after this many tokens (`FakeScript::fail_after`).
+    fail_after: Option<u32>,
     worker_context: u32,
     router_context: u32,
     max_requests: usize,
@@ -57,6 +59,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             stall: false,
+            fail_after: None,
             worker_context: 256,
             router_context: 256,
             max_requests: 4096,
@@ -106,6 +109,7 @@ impl Setup {
             eos: EOS,
             max_context: o.worker_context,
             stall: o.stall,
+            fail_after: o.fail_after,
         })
         .await;
         let client = WorkerClient::connect(&fake.address);
