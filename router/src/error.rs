@@ -49,6 +49,18 @@ impl ApiError {
         }
     }
 
+    /// This error as one prompt's of a batch (a /v1/completions `prompt` list): the
+    /// message says which; an error that named no field names `prompt`.
+    pub fn in_prompt(self, index: usize) -> Self {
+        match self {
+            Self::BadRequest { message, param } => Self::BadRequest {
+                message: format!("`prompt[{index}]`: {message}"),
+                param: Some(param.unwrap_or_else(|| "prompt".into())),
+            },
+            other => other,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,

@@ -3,6 +3,7 @@ router and the default model on CPU. Each test checks an effect the parameter mu
 Parameters the client has no keyword for (top_k, min_p, min_tokens, ...) go in `extra_body`.
 """
 
+from itertools import accumulate
 from typing import Any
 
 import openai
@@ -192,6 +193,16 @@ def test_completion_logprobs_and_echo(server: Server) -> None:
     elp = echoed.choices[0].logprobs
     assert elp.token_logprobs[0] is None  # prompt tokens are not scored
     assert elp.token_logprobs[-3:] == lp.token_logprobs
+
+
+def test_text_offsets_count_characters(server: Server) -> None:
+    # Each token starts where the ones before it end, in characters (as vLLM counts), not
+    # UTF-8 bytes: "é" and "日本" are one character each and two or three bytes.
+    resp = complete(server, "Café au lait, 日本", temperature=0, max_tokens=2, logprobs=0,
+                    echo=True)
+    lp = resp.choices[0].logprobs
+    assert any(len(t.encode()) > len(t) for t in lp.tokens), lp.tokens  # some multi-byte
+    assert lp.text_offset == list(accumulate([0] + [len(t) for t in lp.tokens[:-1]]))
 
 
 def test_stream_with_include_usage(server: Server) -> None:

@@ -136,12 +136,22 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
             ))
         }
     };
+    if message.reasoning_content.is_some() && message.role != "assistant" {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "`messages[{i}].reasoning_content` is only allowed on assistant turns; got {:?}",
+                message.role
+            ),
+        ));
+    }
     Ok(TemplateMessage {
         role: message.role.clone(),
         content,
         name: message.name.clone(),
         tool_call_id: message.tool_call_id.clone(),
         tool_calls,
+        reasoning_content: message.reasoning_content.clone(),
     })
 }
 
@@ -327,6 +337,7 @@ mod tests {
             name: None,
             tool_call_id: None,
             tool_calls: None,
+            reasoning_content: None,
         }
     }
 

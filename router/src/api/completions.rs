@@ -74,14 +74,22 @@ pub async fn start(
         .admission
         .admit(prompts.len() * params.n as usize)
         .await?;
-    let mut generations = Vec::new();
-    let mut echoes = Vec::new();
-    for prompt in prompts {
+    // Every prompt is checked before any starts: a bad one sends nothing to a worker.
+    let many = prompts.len() > 1;
+    let mut prepared = Vec::with_capacity(prompts.len());
+    for (i, prompt) in prompts.into_iter().enumerate() {
         let text = match (&prompt, echo) {
             (PromptInput::Text { text, .. }, true) => Some(text.clone()),
             _ => None,
         };
-        let copies = generate::start_n(state, prompt, params.clone(), params.n, &mut slots).await?;
+        let checked = generate::prepare(state, prompt, params.clone()).await;
+        let checked = checked.map_err(|e| if many { e.in_prompt(i) } else { e })?;
+        prepared.push((text, checked));
+    }
+    let mut generations = Vec::new();
+    let mut echoes = Vec::new();
+    for (text, checked) in prepared {
+        let copies = generate::start_prepared(state, checked, params.n, &mut slots)?;
         for copy in &copies {
             echoes.push(echo.then(|| {
                 Echo {
@@ -156,7 +164,7 @@ impl CompletionFormat {
         for &id in &echo.ids {
             let text = self.tokenizer.token_text(id);
             lists.text_offset.push(self.offsets[index as usize]);
-            self.offsets[index as usize] += text.len();
+            self.offsets[index as usize] += text.chars().count();
             lists.tokens.push(text);
             lists.token_logprobs.push(None);
             lists.top_logprobs.push(None);
@@ -167,7 +175,7 @@ impl CompletionFormat {
         for e in entries {
             let text = self.tokenizer.token_text(e.token);
             lists.text_offset.push(self.offsets[index as usize]);
-            self.offsets[index as usize] += text.len();
+            self.offsets[index as usize] += text.chars().count();
             lists.tokens.push(text);
             lists.token_logprobs.push(Some(e.logprob));
             let top = e

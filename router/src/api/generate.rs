@@ -100,10 +100,27 @@ pub async fn start(
 pub async fn start_n(
     state: &AppState,
     prompt: PromptInput,
-    mut params: GenParams,
+    params: GenParams,
     n: u32,
     slots: &mut Slots,
 ) -> Result<Vec<Generation>, ApiError> {
+    let prepared = prepare(state, prompt, params).await?;
+    start_prepared(state, prepared, n, slots)
+}
+
+/// A prompt tokenized and checked, its parameters fitted to the context: nothing has
+/// reached a worker yet (a batch checks all its prompts before it starts any).
+pub struct Prepared {
+    prompt_ids: Arc<Vec<u32>>,
+    params: GenParams,
+    started: Instant,
+}
+
+pub async fn prepare(
+    state: &AppState,
+    prompt: PromptInput,
+    mut params: GenParams,
+) -> Result<Prepared, ApiError> {
     let started = Instant::now();
     let input_ids = match prompt {
         PromptInput::Text {
@@ -118,7 +135,25 @@ pub async fn start_n(
     let stop_ids = params.sampling.stop_token_ids.iter().copied();
     check_tokens("stop_token_ids", stop_ids, vocab_size)?;
     params.fit_to_context(input_ids.len(), state.max_context()?)?;
-    let prompt_ids = Arc::new(input_ids);
+    Ok(Prepared {
+        prompt_ids: Arc::new(input_ids),
+        params,
+        started,
+    })
+}
+
+/// The `n` generations of a prepared prompt (`start_n`).
+pub fn start_prepared(
+    state: &AppState,
+    prepared: Prepared,
+    n: u32,
+    slots: &mut Slots,
+) -> Result<Vec<Generation>, ApiError> {
+    let Prepared {
+        prompt_ids,
+        params,
+        started,
+    } = prepared;
     let seeded = |i: u32| {
         let mut sampling = params.sampling.clone();
         sampling.seed = sampling.seed.map(|s| s.wrapping_add(u64::from(i)));

@@ -102,6 +102,10 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     /// An assistant turn's calls.
     pub tool_calls: Option<Vec<MessageToolCall>>,
+    /// An assistant turn's reasoning, as this server returns it (`--reasoning-parser`), so
+    /// a reply can be sent back as it came: given to a template that reads it (Qwen3's
+    /// renders it in the turns after the last user message), else not rendered.
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -209,10 +213,12 @@ fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 pub fn from_map<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
         let inner = e.inner().to_string();
+        let path = e.path().to_string();
         if let Some(field) = unknown_field(&inner) {
+            // The path names it inside an object of the body (`messages[1].refusal`).
+            let field = if path == "." { field } else { path };
             return ApiError::invalid(&field, format!("unsupported parameter `{field}`"));
         }
-        let path = e.path().to_string();
         if path == "." {
             // A missing required field: serde says "missing field `x`".
             let field = inner.split('`').nth(1).unwrap_or("").to_string();
@@ -279,7 +285,12 @@ mod tests {
         let err = chat(r#"{"model":"m","messages":[],"functions":[]}"#).unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `functions`");
         let err = chat(r#"{"model":"m","messages":[],"stream_options":{"x":1}}"#).unwrap_err();
-        assert_eq!(err.message(), "unsupported parameter `x`");
+        assert_eq!(err.message(), "unsupported parameter `stream_options.x`");
+        assert_eq!(err.body()["error"]["param"], "stream_options.x");
+        let turns = r#"{"model":"m","messages":[{"role":"user","content":"hi"},
+            {"role":"assistant","content":"yo","refusal":null}]}"#;
+        let err = chat(turns).unwrap_err();
+        assert_eq!(err.message(), "unsupported parameter `messages[1].refusal`");
         let err = parse_body::<CompletionRequest>(br#"{"model":"m","prompt":"p","messages":[]}"#)
             .unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `messages`");

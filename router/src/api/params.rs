@@ -304,6 +304,20 @@ impl GenParams {
                 .default_max_tokens
                 .map_or(room, |d| room.min(d as usize)) as u32,
         };
+        let min = self.sampling.min_new_tokens;
+        if min > max_new {
+            let most = match self.max_tokens {
+                Some(m) => format!("`{}` ({m})", self.max_tokens_field),
+                None => format!(
+                    "{max_new}, the most this request may generate (the default `max_tokens` \
+                     or the rest of the context)"
+                ),
+            };
+            return Err(ApiError::invalid(
+                "min_tokens",
+                format!("`min_tokens` ({min}) must be at most {most}"),
+            ));
+        }
         self.sampling.max_new_tokens = max_new;
         Ok(())
     }

@@ -115,6 +115,25 @@ fn context_limits() {
     );
 }
 
+#[test]
+fn min_tokens_must_fit_in_what_the_request_may_generate() {
+    let mut p = params(r#","max_tokens":3,"min_tokens":3"#).unwrap();
+    p.fit_to_context(10, 100).unwrap();
+    let mut p = params(r#","max_tokens":3,"min_tokens":10"#).unwrap();
+    let err = p.fit_to_context(10, 100).unwrap_err();
+    assert_eq!(err.body()["error"]["param"], "min_tokens");
+    assert_eq!(
+        err.message(),
+        "`min_tokens` (10) must be at most `max_tokens` (3)"
+    );
+    let mut p = params(r#","min_tokens":95"#).unwrap();
+    assert_eq!(
+        p.fit_to_context(10, 100).unwrap_err().message(),
+        "`min_tokens` (95) must be at most 90, the most this request may generate (the default \
+         `max_tokens` or the rest of the context)"
+    );
+}
+
 fn limited(
     extra: &str,
     default_max_tokens: Option<u32>,

@@ -39,11 +39,18 @@ pub struct RenderExtras<'a> {
     pub kwargs: Option<&'a serde_json::Map<String, Json>>,
 }
 
-/// Variables the router sets, which `chat_template_kwargs` may not.
-const RESERVED_VARIABLES: [&str; 4] = ["messages", "tools", "bos_token", "eos_token"];
+/// Variables the router sets, which `chat_template_kwargs` may not (a chat completion
+/// always opens the assistant's turn: `add_generation_prompt` is true).
+const RESERVED_VARIABLES: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// One message as the template sees it (content already flattened to text).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct TemplateMessage {
     pub role: String,
     pub content: String,
@@ -55,6 +62,8 @@ pub struct TemplateMessage {
     /// An assistant turn's calls, `arguments` as JSON objects (as transformers passes them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<Json>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatTemplate {

@@ -7,9 +7,7 @@ fn msg(role: &str, content: &str) -> TemplateMessage {
     TemplateMessage {
         role: role.into(),
         content: content.into(),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
+        ..Default::default()
     }
 }
 
@@ -46,6 +44,19 @@ fn optional_message_fields_are_undefined_unless_sent() {
         ..msg("user", "hi")
     };
     assert_eq!(t.render(&[named, msg("user", "hi")]).unwrap(), "bob;-;");
+}
+
+#[test]
+fn an_assistant_turn_s_reasoning_reaches_a_template_that_reads_it() {
+    let source = "{% for m in messages %}{% if m.reasoning_content is defined %}\
+        <think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }};{% endfor %}";
+    let t = ChatTemplate::new(source.into(), String::new(), String::new()).unwrap();
+    let reasoned = TemplateMessage {
+        reasoning_content: Some("2+2 is 4".into()),
+        ..msg("assistant", "4")
+    };
+    let rendered = t.render(&[msg("user", "2+2?"), reasoned]).unwrap();
+    assert_eq!(rendered, "2+2?;<think>2+2 is 4</think>4;");
 }
 
 #[test]
@@ -154,6 +165,14 @@ fn kwargs_must_be_variables_the_template_reads_and_not_the_servers() {
     assert_eq!(
         err.message(),
         "`chat_template_kwargs.messages` is set by the server"
+    );
+    // Read by nearly every template, but the server's: it was silently overridden.
+    let err = t
+        .check_kwargs(&kwargs(serde_json::json!({"add_generation_prompt": false})))
+        .unwrap_err();
+    assert_eq!(
+        err.message(),
+        "`chat_template_kwargs.add_generation_prompt` is set by the server"
     );
 }
 

@@ -230,3 +230,23 @@ async fn every_served_name_is_accepted_and_a_404_lists_them() {
     );
     assert_eq!(body["error"]["code"], "model_not_found");
 }
+
+#[tokio::test]
+async fn an_assistant_reply_with_its_reasoning_can_be_sent_back() {
+    let s = Setup::normal().await;
+    let turns = |role: &str| {
+        json!({"messages": [
+            {"role": "user", "content": "Capital of France?"},
+            {"role": role, "content": "Paris.", "reasoning_content": "It is Paris."},
+            {"role": "user", "content": "And of Italy?"},
+        ]})
+    };
+    let (status, body) = send_json(s.app(), chat(turns("assistant"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = send_json(s.app(), chat(turns("user"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "`messages[1].reasoning_content` is only allowed on assistant turns; got \"user\""
+    );
+}

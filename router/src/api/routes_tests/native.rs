@@ -235,6 +235,30 @@ async fn n_copies_go_to_one_worker_with_successive_seeds() {
 }
 
 #[tokio::test]
+async fn a_bad_prompt_of_a_list_starts_none_of_them_and_is_named() {
+    let s = Setup::normal().await;
+    let body = json!({"model": "tiny", "prompt": [[1, 2, 3], [4, 5, 6], [99999999]], "n": 2});
+    let (status, body) = send_json(s.app(), post("/v1/completions", body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["param"], "prompt");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("`prompt[2]`: token id 99999999 is outside the vocabulary of "),
+        "{message}"
+    );
+    let body = json!({"model": "tiny", "prompt": ["A", ""]});
+    let (status, body) = send_json(s.app(), post("/v1/completions", body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["param"], "prompt");
+    assert_eq!(body["error"]["message"], "`prompt[1]`: the prompt is empty");
+    assert!(
+        s.fake.log.lock().unwrap().generated.is_empty(),
+        "nothing reached the worker"
+    );
+    assert_eq!(s.state.admission.in_flight(), 0);
+}
+
+#[tokio::test]
 async fn prompt_lists_times_n_with_echo_number_choices_prompt_major() {
     let s = Setup::normal().await;
     let body = json!({"model": "tiny", "prompt": ["A", "B"], "n": 2, "echo": true,

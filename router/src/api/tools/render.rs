@@ -79,9 +79,7 @@ pub fn default_rendering(
                 _ => out.push(TemplateMessage {
                     role: "user".into(),
                     content: response,
-                    name: None,
-                    tool_call_id: None,
-                    tool_calls: None,
+                    ..Default::default()
                 }),
             }
             continue;
@@ -99,9 +97,7 @@ pub fn default_rendering(
                 TemplateMessage {
                     role: "system".into(),
                     content: block,
-                    name: None,
-                    tool_call_id: None,
-                    tool_calls: None,
+                    ..Default::default()
                 },
             ),
         }
@@ -144,9 +140,7 @@ mod tests {
         TemplateMessage {
             role: role.into(),
             content: content.into(),
-            name: None,
-            tool_call_id: None,
-            tool_calls: None,
+            ..Default::default()
         }
     }
 
