@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ranks = LocalRanks(run_rank, (args, addr), range(first + 1, first + per_host))
     ranks.start()
     try:
-        run_rank(args, addr, first)
+        run_rank(args, addr, first, on_shutdown=ranks.expect_exits)
     except BaseException:
         ranks.stop(grace_s=0)  # they may be blocked in a collective with us
         raise

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 from .distributed import TPInfo, destroy_distributed, init_distributed
@@ -17,8 +18,10 @@ from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, follow, serve
 
 
-def run_rank(args: argparse.Namespace, addr: str | None, rank: int) -> None:
-    """Rank `rank` of a group of `args.tp` (addr: rank 0's HOST:PORT when tp > 1)."""
+def run_rank(args: argparse.Namespace, addr: str | None, rank: int,
+             on_shutdown: Callable[[], None] | None = None) -> None:
+    """Rank `rank` of a group of `args.tp` (addr: rank 0's HOST:PORT when tp > 1).
+    on_shutdown: called when rank 0's loop ends on Shutdown, before its teardown."""
     info = TPInfo(rank, args.tp)
     per_host = args.tp // args.nnodes
     _setup_logging(rank if info.size > 1 else None)
@@ -55,6 +58,8 @@ def run_rank(args: argparse.Namespace, addr: str | None, rank: int) -> None:
         io = ZmqIO(args.listen)
         try:
             serve(scheduler, io, ready, parent_pid=args.parent_pid, comm=comm)
+            if on_shutdown is not None:
+                on_shutdown()
         finally:
             io.close()
     finally:

@@ -16,6 +16,7 @@ from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import Constraint, ConstraintKind, SamplingParams
 
 from .conftest import save_byte_tokenizer, save_tiny_model
+from .distributed.tp_group import run_group
 
 PROMPTS = [[5, 6, 7, 8, 9], [100, 3], [(7 * i) % 250 + 3 for i in range(40)]]
 
@@ -102,3 +103,27 @@ def test_tp2_spf_orders_every_rank_s_queue_alike(tmp_path: Path) -> None:
         r.rid for r in b.reqs if r.rid not in admitted), tp=2, policy="spf", max_running=1)
     assert admitted == [2, 1, 0]
     assert tp2 == _generate(tmp_path, prompts, params, tp=1, policy="spf", max_running=1)
+
+
+def _rank_settings(folder: str) -> None:
+    """Each rank asks for its own settings (as hosts started by hand may); every rank's
+    scheduler must run rank 0's, or their batches and collectives would part."""
+    from minisgl_worker.distributed import get_tp_info
+    from minisgl_worker.engine import Engine, EngineConfig
+    from minisgl_worker.scheduler import Scheduler
+
+    rank = get_tp_info().rank
+    engine = Engine(EngineConfig(model_path=folder, device="cpu", dtype="float32",
+                                 kv_tokens=256, page_size=2))
+    try:
+        sched = Scheduler(engine, chunk_size=64, overlap=rank == 1,
+                          policy=["fcfs", "lof"][rank], mixed_chunk_size=[16, 32][rank])
+        budget = sched.budget
+        assert (budget.policy, budget.mixed_chunk_size, sched.overlap) == ("fcfs", 16, False)
+    finally:
+        engine.shutdown()
+
+
+def test_tp2_every_rank_schedules_with_rank_0_s_settings(tmp_path: Path) -> None:
+    save_tiny_model(tmp_path)
+    run_group(2, _rank_settings, str(tmp_path))

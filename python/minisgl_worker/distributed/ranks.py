@@ -73,6 +73,11 @@ class LocalRanks:
                 self.kill()
                 os._exit(1)  # the main thread may be blocked in a collective
 
+    def expect_exits(self) -> None:
+        """The group is shutting down (rank 0's loop saw Shutdown, which every rank got):
+        a rank that finishes its teardown first and exits is no longer a failure."""
+        self._stopping.set()
+
     def stop(self, grace_s: float) -> None:
         """Wait up to grace_s for the ranks to exit (they got Shutdown), then kill them."""
         self._stopping.set()

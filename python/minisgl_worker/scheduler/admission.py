@@ -94,6 +94,8 @@ def _out_of_range(msg: Generate, vocab: int) -> str | None:
         ("min_new_tokens", s.min_new_tokens >= 0, ">= 0"),
         ("top_logprobs", 0 <= s.top_logprobs <= vocab, f"in [0, {vocab}]"),
     ]
+    if s.constraint is not None and s.min_new_tokens > 0:  # the mask may allow only EOS
+        return "sampling.min_new_tokens must be 0 with a constraint (it ends where it may)"
     for field, ok, limit in checks:
         if not ok:
             return f"sampling.{field} must be {limit}; got {getattr(s, field)}"

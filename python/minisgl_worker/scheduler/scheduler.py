@@ -74,6 +74,8 @@ class Scheduler:
         if overlap is None:
             off = os.environ.get("MINISGL_DISABLE_OVERLAP", "") in ("1", "true")
             overlap = engine.device.type == "cuda" and not off
+        if engine.comm is not None:  # every rank must batch alike: rank 0's settings
+            self.budget, overlap = engine.comm.broadcast_objects([self.budget, overlap])
         self.overlap = overlap
         self._inflight: tuple[Batch, ForwardOutput] | None = None  # launched, unprocessed
         self._next: Batch | None = None  # planned by a constrained step, not yet launched

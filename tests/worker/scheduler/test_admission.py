@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from minisgl_worker.protocol import Error, ErrorCode, Generate, SamplingParams
+from minisgl_worker.protocol import (
+    Constraint,
+    ConstraintKind,
+    Error,
+    ErrorCode,
+    Generate,
+    SamplingParams,
+)
 from minisgl_worker.scheduler import Scheduler
 
 from .test_scheduler import assert_all_free, run
@@ -39,6 +46,9 @@ BAD = [  # (what the message changes, its error code, what the error says)
     ({"seed": 2**64}, ErrorCode.INVALID_REQUEST, "sampling.seed must be in [0, 2^64)"),
     ({"max_new_tokens": 0}, ErrorCode.INVALID_REQUEST, "sampling.max_new_tokens must be >= 1"),
     ({"min_new_tokens": -1}, ErrorCode.INVALID_REQUEST, "sampling.min_new_tokens must be >= 0"),
+    # The grammar may allow only EOS where min_new_tokens bans it: no token left to sample.
+    ({"constraint": Constraint(ConstraintKind.REGEX, "ab?"), "min_new_tokens": 1},
+     ErrorCode.INVALID_REQUEST, "sampling.min_new_tokens must be 0 with a constraint"),
     ({"max_new_tokens": "16"}, ErrorCode.BAD_MESSAGE, "sampling.max_new_tokens must be an integer"),
     ({"seed": 1.5}, ErrorCode.BAD_MESSAGE, "sampling.seed must be an integer or nil"),
     ({"temperature": "1"}, ErrorCode.BAD_MESSAGE, "sampling.temperature must be a number"),
