@@ -9,6 +9,7 @@ use crate::api::generate::{self, Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::limits::{Limits, COMPLETIONS_DEFAULT_MAX_TOKENS};
 use crate::api::openai::{CompletionRequest, Prompt, Usage};
 use crate::api::params::{EndpointParams, GenParams};
+use crate::api::prepare;
 use crate::api::respond::{finish_reason, Choices, Format, Head};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -82,7 +83,7 @@ pub async fn start(
             (PromptInput::Text { text, .. }, true) => Some(text.clone()),
             _ => None,
         };
-        let checked = generate::prepare(state, prompt, params.clone()).await;
+        let checked = prepare::prepare(state, prompt, params.clone()).await;
         let checked = checked.map_err(|e| if many { e.in_prompt(i) } else { e })?;
         prepared.push((text, checked));
     }

@@ -1,6 +1,7 @@
-//! One generation from the HTTP side: tokenize, fit to the context, pick a worker, submit;
-//! then turn the worker's token outputs into text pieces (incremental detokenization, stop
-//! strings) and a finish reason. Dropping a `Generation` early aborts it on the worker.
+//! One generation from the HTTP side: prepare it (prepare.rs: tokenize, check, fit to the
+//! context), pick a worker, submit; then turn the worker's token outputs into text pieces
+//! (incremental detokenization, stop strings) and a finish reason. Dropping a `Generation`
+//! early aborts it on the worker.
 //!
 //! A generation whose worker goes away before its first token is sent once more, to a
 //! ready worker (waiting up to `RETRY_WAIT` for one: the restarted worker, when it was
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::api::admission::Slots;
 use crate::api::openai::Usage;
 use crate::api::params::GenParams;
+use crate::api::prepare::{prepare, Prepared};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::text::detokenize::IncrementalDecoder;
@@ -108,40 +110,6 @@ pub async fn start_n(
     start_prepared(state, prepared, n, slots)
 }
 
-/// A prompt tokenized and checked, its parameters fitted to the context: nothing has
-/// reached a worker yet (a batch checks all its prompts before it starts any).
-pub struct Prepared {
-    prompt_ids: Arc<Vec<u32>>,
-    params: GenParams,
-    started: Instant,
-}
-
-pub async fn prepare(
-    state: &AppState,
-    prompt: PromptInput,
-    mut params: GenParams,
-) -> Result<Prepared, ApiError> {
-    let started = Instant::now();
-    let input_ids = match prompt {
-        PromptInput::Text {
-            text,
-            add_special_tokens,
-        } => state.tokenizer.encode(text, add_special_tokens).await?,
-        PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
-    };
-    let vocab_size = state.tokenizer.vocab_size();
-    let bias = params.sampling.logit_bias.iter().map(|&(t, _)| t);
-    check_tokens("logit_bias", bias, vocab_size)?;
-    let stop_ids = params.sampling.stop_token_ids.iter().copied();
-    check_tokens("stop_token_ids", stop_ids, vocab_size)?;
-    params.fit_to_context(input_ids.len(), state.max_context()?)?;
-    Ok(Prepared {
-        prompt_ids: Arc::new(input_ids),
-        params,
-        started,
-    })
-}
-
 /// The `n` generations of a prepared prompt (`start_n`).
 pub fn start_prepared(
     state: &AppState,
@@ -200,26 +168,6 @@ pub fn start_prepared(
         });
     }
     Ok(copies)
-}
-
-fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
-    check_tokens("prompt", ids.iter().copied(), vocab_size)?;
-    Ok(ids)
-}
-
-/// The first of `ids` outside the vocabulary, as a 400 naming `field`.
-fn check_tokens(
-    field: &str,
-    mut ids: impl Iterator<Item = u32>,
-    vocab_size: usize,
-) -> Result<(), ApiError> {
-    match ids.find(|&t| t as usize >= vocab_size) {
-        Some(t) => Err(ApiError::invalid(
-            field,
-            format!("token id {t} is outside the vocabulary of {vocab_size}"),
-        )),
-        None => Ok(()),
-    }
 }
 
 impl Generation {
@@ -422,16 +370,5 @@ pub async fn collect(generation: &mut Generation) -> Result<(Piece, Finish), Api
     ))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_ids_outside_the_vocabulary_are_refused() {
-        assert_eq!(check_ids(vec![1, 2], 10), Ok(vec![1, 2]));
-        let err = check_ids(vec![1, 10], 10).unwrap_err();
-        assert_eq!(err.message(), "token id 10 is outside the vocabulary of 10");
-    }
-    // The streaming behaviour (stop strings, aborts, EOS) is tested end to end over a fake
-    // worker in api/routes_tests/.
-}
+// The streaming behaviour (stop strings, aborts, EOS) is tested end to end over a fake
+// worker in api/routes_tests/; the checks before a start in prepare.rs.

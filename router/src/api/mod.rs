@@ -18,6 +18,7 @@ pub mod openai;
 pub mod openapi;
 pub mod page;
 pub mod params;
+pub mod prepare;
 pub mod respond;
 pub mod routes;
 pub mod tools;
