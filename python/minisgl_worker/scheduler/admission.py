@@ -71,12 +71,12 @@ def _wrong_type(msg: Generate) -> str | None:
 
 def _out_of_range(msg: Generate, vocab: int) -> str | None:
     s: SamplingParams = msg.sampling
-    tokens = [("input_ids", t) for t in msg.input_ids]
-    tokens += [("sampling.stop_token_ids", t) for t in s.stop_token_ids]
-    tokens += [("sampling.logit_bias", t) for t, _ in s.logit_bias]
-    for field, t in tokens:
-        if not 0 <= t < vocab:
-            return f"{field} has {t} outside the vocabulary [0, {vocab})"
+    ids = (("input_ids", msg.input_ids), ("sampling.stop_token_ids", s.stop_token_ids),
+           ("sampling.logit_bias", [t for t, _ in s.logit_bias]))
+    for field, tokens in ids:
+        bad = next((t for t in tokens if not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"{field} has {bad} outside the vocabulary [0, {vocab})"
     for field in _NUMBERS:
         if not math.isfinite(getattr(s, field)):
             return f"sampling.{field} must be finite; got {getattr(s, field)}"
