@@ -107,16 +107,18 @@ def main() -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    llm = LLM(args.model, load_format="dummy", max_running=256,
-              kv_cache_dtype=args.kv_cache_dtype)
+    cases = [tuple(map(int, case.split("x"))) for case in args.cases.split(",")]
+    # Decode graphs up to the largest batch, whatever the GPU's default (128 on an H100).
+    largest = max(size for size, _ in cases)
+    llm = LLM(args.model, load_format="dummy", max_running=max(256, largest),
+              kv_cache_dtype=args.kv_cache_dtype, cuda_graph_max_bs=largest)
     engine, cfg = llm.engine, llm.engine.model_config
     weight_bytes = sum(t.numel() * t.element_size() for t in engine.model.parameters())
     kv_per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
                                              engine.kv_dtype)
     kv_name = str(engine.kv_dtype).removeprefix("torch.")
     rows = []
-    for case in args.cases.split(","):
-        size, context = map(int, case.split("x"))
+    for size, context in cases:
         for temp in (0.0, 0.6):
             batch = decode_batch(llm, size, context, SamplingParams(temperature=temp))
             graph_ms, sample_ms, total_ms, attn_ms = time_case(llm, batch, args.iters)
