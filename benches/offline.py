@@ -77,6 +77,8 @@ def main() -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
                    help="EngineConfig.kv_cache_dtype: the model's dtype, or e4m3 (half the "
                         "bytes of bf16: twice the KV tokens in the same memory)")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=-1,
+                   help="EngineConfig.cuda_graph_max_bs (-1: the GPU's default)")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks (GPUs 0..tp-1; this process is rank 0)")
     p.add_argument("--json", help="append one JSON line of results to this file")
@@ -89,7 +91,8 @@ def main() -> None:
     t0 = time.perf_counter()
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, cache=args.cache, tp=args.tp,
-              kv_cache_dtype=args.kv_cache_dtype, **mixed_graph_option(args.mixed_graph_tokens))
+              kv_cache_dtype=args.kv_cache_dtype, cuda_graph_max_bs=args.cuda_graph_max_bs,
+              **mixed_graph_option(args.mixed_graph_tokens))
     startup = time.perf_counter() - t0
     prompts, params = workload(args.num_requests)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
