@@ -92,6 +92,44 @@ pub fn prompt_with(
     })
 }
 
+/// The fields a reply carries when it is sent back as history: on assistant turns only, and
+/// those this server never fills empty.
+fn check_reply_fields(i: usize, message: &ChatMessage) -> Result<(), ApiError> {
+    let on_reply = [
+        ("reasoning_content", message.reasoning_content.is_some()),
+        ("parsed", message.parsed.is_some()),
+    ];
+    if let Some((field, _)) = on_reply.iter().find(|(_, set)| *set) {
+        if message.role != "assistant" {
+            return Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "`messages[{i}].{field}` is only allowed on assistant turns; got {:?}",
+                    message.role
+                ),
+            ));
+        }
+    }
+    let empty = |v: &Option<Value>| match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(items)) => items.is_empty(),
+        _ => false,
+    };
+    let unfilled = [
+        ("refusal", &message.refusal),
+        ("audio", &message.audio),
+        ("function_call", &message.function_call),
+        ("annotations", &message.annotations),
+    ];
+    match unfilled.iter().find(|(_, v)| !empty(v)) {
+        Some((field, _)) => Err(ApiError::invalid(
+            "messages",
+            format!("`messages[{i}].{field}` is not supported (only null or empty)"),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiError> {
     if !ROLES.contains(&message.role.as_str()) {
         return Err(ApiError::invalid(
@@ -136,15 +174,7 @@ fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiEr
             ))
         }
     };
-    if message.reasoning_content.is_some() && message.role != "assistant" {
-        return Err(ApiError::invalid(
-            "messages",
-            format!(
-                "`messages[{i}].reasoning_content` is only allowed on assistant turns; got {:?}",
-                message.role
-            ),
-        ));
-    }
+    check_reply_fields(i, message)?;
     Ok(TemplateMessage {
         role: message.role.clone(),
         content,
@@ -338,6 +368,11 @@ mod tests {
             tool_call_id: None,
             tool_calls: None,
             reasoning_content: None,
+            parsed: None,
+            refusal: None,
+            audio: None,
+            function_call: None,
+            annotations: None,
         }
     }
 

@@ -106,6 +106,20 @@ pub struct ChatMessage {
     /// a reply can be sent back as it came: given to a template that reads it (Qwen3's
     /// renders it in the turns after the last user message), else not rendered.
     pub reasoning_content: Option<String>,
+    /// What the openai SDK's helpers put on the assistant messages they return, so that
+    /// one sent back as history is taken: `parsed` (the content parsed; the content is what
+    /// is rendered) and OpenAI's reply fields this server never fills, which must be null
+    /// or empty (`refusal`, `audio`, `function_call`, `annotations`).
+    #[schema(value_type = Option<Object>)]
+    pub parsed: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub refusal: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub audio: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub function_call: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub annotations: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -288,9 +302,9 @@ mod tests {
         assert_eq!(err.message(), "unsupported parameter `stream_options.x`");
         assert_eq!(err.body()["error"]["param"], "stream_options.x");
         let turns = r#"{"model":"m","messages":[{"role":"user","content":"hi"},
-            {"role":"assistant","content":"yo","refusal":null}]}"#;
+            {"role":"assistant","content":"yo","weight":0}]}"#;
         let err = chat(turns).unwrap_err();
-        assert_eq!(err.message(), "unsupported parameter `messages[1].refusal`");
+        assert_eq!(err.message(), "unsupported parameter `messages[1].weight`");
         let err = parse_body::<CompletionRequest>(br#"{"model":"m","prompt":"p","messages":[]}"#)
             .unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `messages`");

@@ -15,9 +15,9 @@ from tokenizers import Tokenizer
 
 ANSWER = ('answer: %json {"type":"object","x-guidance":{"whitespace_flexible":false,'
           '"item_separator":", ","key_separator":": "}}\n')
-QWEN3 = ('%llguidance {}\nstart: ("<think>" thought)? /[ \\n]*/ answer\n'
+QWEN3 = ('%llguidance {}\nstart: ("<think>" thought /[ \\n]*/)? answer\n'
          'thought[lazy]: THOUGHT "</think>"\nTHOUGHT: /(.|\\n)*/\n' + ANSWER)
-DEEPSEEK_R1 = QWEN3.replace('("<think>" thought)?', '"<think>"? thought')
+DEEPSEEK_R1 = QWEN3.replace('("<think>" thought /[ \\n]*/)?', '"<think>"? thought /[ \\n]*/')
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,7 @@ def parts() -> tuple[GrammarCache, Tokenizer]:
 @pytest.mark.parametrize("grammar, text, accepted", [
     (QWEN3, '<think>\nA {"a": 1} </think>\n\n{"a": 2}', True),
     (QWEN3, '{"a": 3}', True),
+    (QWEN3, '\n{"a": 3}', False),  # no thought: the answer starts at once
     (QWEN3, '<think>x</think>oops', False),
     (DEEPSEEK_R1, 'x {"a": 1}</think>{"a": 4}', True),
     (DEEPSEEK_R1, '{"a": 3}', False),  # still thinking: no answer yet

@@ -250,3 +250,28 @@ async fn an_assistant_reply_with_its_reasoning_can_be_sent_back() {
         "`messages[1].reasoning_content` is only allowed on assistant turns; got \"user\""
     );
 }
+
+#[tokio::test]
+async fn a_reply_the_openai_sdk_s_helpers_returned_can_be_sent_back() {
+    let s = Setup::normal().await;
+    // As `messages.append(completion.choices[0].message)` sends a `parse()` or `stream()`
+    // helper's message: the parsed content and arguments, and OpenAI's empty reply fields.
+    let reply = |refusal: Value| {
+        json!({"messages": [
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "{\"city\": \"Paris\"}", "parsed": {"city": "Paris"},
+             "refusal": refusal, "audio": null, "function_call": null, "annotations": [],
+             "tool_calls": [{"id": "call_1", "type": "function", "index": 0,
+                 "function": {"name": "f", "arguments": "{}", "parsed_arguments": {}}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        ]})
+    };
+    let (status, body) = send_json(s.app(), chat(reply(Value::Null))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = send_json(s.app(), chat(reply(json!("I can't")))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "`messages[1].refusal` is not supported (only null or empty)"
+    );
+}

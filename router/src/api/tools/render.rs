@@ -157,7 +157,9 @@ mod tests {
             function: CalledFunction {
                 name: "f".into(),
                 arguments: "{\"x\": 1}".into(),
+                parsed_arguments: None,
             },
+            index: None,
         };
         let mut assistant = message("assistant", "");
         assistant.tool_calls = Some(template_calls(1, &[call]).unwrap());
@@ -192,7 +194,9 @@ mod tests {
             function: CalledFunction {
                 name: "f".into(),
                 arguments: "{oops".into(),
+                parsed_arguments: None,
             },
+            index: None,
         };
         let err = template_calls(3, &[bad]).unwrap_err();
         assert!(err

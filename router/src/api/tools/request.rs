@@ -52,6 +52,9 @@ pub struct MessageToolCall {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub function: CalledFunction,
+    /// Where a streamed reply numbered the call (the openai SDK's stream helper keeps it on
+    /// the message it returns): the calls' order says the same.
+    pub index: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -60,6 +63,10 @@ pub struct CalledFunction {
     pub name: String,
     /// The arguments object as JSON text, as OpenAI returns it.
     pub arguments: String,
+    /// The arguments as the openai SDK's parse helpers parsed them (on the messages they
+    /// return): `arguments` is what the model wrote, and what is rendered.
+    #[schema(value_type = Option<Object>)]
+    pub parsed_arguments: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -41,12 +41,14 @@ pub fn after_reasoning(format: ReasoningFormat, constraint: &Constraint) -> Opti
         }
         _ => return None,
     };
+    // The blank lines a model writes after `</think>` belong to the thought: an answer
+    // without one starts at once (a choice is exactly one of its strings).
     let thought = match format {
-        ReasoningFormat::Qwen3 => "(\"<think>\" thought)?",
-        ReasoningFormat::DeepseekR1 => "\"<think>\"? thought",
+        ReasoningFormat::Qwen3 => "(\"<think>\" thought /[ \\n]*/)?",
+        ReasoningFormat::DeepseekR1 => "\"<think>\"? thought /[ \\n]*/",
     };
     let source = format!(
-        "%llguidance {{}}\nstart: {thought} /[ \\n]*/ answer\n\
+        "%llguidance {{}}\nstart: {thought} answer\n\
          thought[lazy]: THOUGHT \"</think>\"\nTHOUGHT: /(.|\\n)*/\n{answer}"
     );
     Some(Constraint {
@@ -77,7 +79,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             json,
-            "%llguidance {}\nstart: (\"<think>\" thought)? /[ \\n]*/ answer\n\
+            "%llguidance {}\nstart: (\"<think>\" thought /[ \\n]*/)? answer\n\
              thought[lazy]: THOUGHT \"</think>\"\nTHOUGHT: /(.|\\n)*/\n\
              answer: %json {\"type\":\"object\",\"x-guidance\":{\"whitespace_flexible\":false,\
              \"item_separator\":\", \",\"key_separator\":\": \"}}\n"
