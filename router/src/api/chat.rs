@@ -4,19 +4,18 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::api::generate::{Generation, Piece, PromptInput, TokenLogprob};
-use crate::api::openai::{ChatMessage, ChatRequest, Content, Usage};
+use crate::api::messages::flatten;
+use crate::api::openai::{ChatMessage, ChatRequest, Usage};
 use crate::api::params::EndpointParams;
 use crate::api::respond::{finish_reason, Format, Head};
 use crate::api::tools::output::{whole_message, ChoiceOutput, OutputPlan};
-use crate::api::tools::render::{default_rendering, template_calls};
+use crate::api::tools::render::default_rendering;
 use crate::api::tools::request::ToolRequest;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::text::chat_template::{RenderExtras, TemplateMessage, DEVELOPER};
+use crate::text::chat_template::{RenderExtras, DEVELOPER};
 use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
-
-const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     let logprobs = req.logprobs.unwrap_or(false);
@@ -89,99 +88,6 @@ pub fn prompt_with(
     Ok(PromptInput::Text {
         text,
         add_special_tokens: false,
-    })
-}
-
-/// The fields a reply carries when it is sent back as history: on assistant turns only, and
-/// those this server never fills empty.
-fn check_reply_fields(i: usize, message: &ChatMessage) -> Result<(), ApiError> {
-    let on_reply = [
-        ("reasoning_content", message.reasoning_content.is_some()),
-        ("parsed", message.parsed.is_some()),
-    ];
-    if let Some((field, _)) = on_reply.iter().find(|(_, set)| *set) {
-        if message.role != "assistant" {
-            return Err(ApiError::invalid(
-                "messages",
-                format!(
-                    "`messages[{i}].{field}` is only allowed on assistant turns; got {:?}",
-                    message.role
-                ),
-            ));
-        }
-    }
-    let empty = |v: &Option<Value>| match v {
-        None | Some(Value::Null) => true,
-        Some(Value::Array(items)) => items.is_empty(),
-        _ => false,
-    };
-    let unfilled = [
-        ("refusal", &message.refusal),
-        ("audio", &message.audio),
-        ("function_call", &message.function_call),
-        ("annotations", &message.annotations),
-    ];
-    match unfilled.iter().find(|(_, v)| !empty(v)) {
-        Some((field, _)) => Err(ApiError::invalid(
-            "messages",
-            format!("`messages[{i}].{field}` is not supported (only null or empty)"),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, ApiError> {
-    if !ROLES.contains(&message.role.as_str()) {
-        return Err(ApiError::invalid(
-            "messages",
-            format!(
-                "`messages[{i}].role` must be one of {ROLES:?}; got {:?}",
-                message.role
-            ),
-        ));
-    }
-    let content = match &message.content {
-        None => String::new(),
-        Some(Content::Text(text)) => text.clone(),
-        // Text parts joined by newlines, as vLLM and TensorRT-LLM join them.
-        Some(Content::Parts(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            for part in parts {
-                match (part.kind.as_str(), &part.text) {
-                    ("text", Some(t)) => texts.push(t.as_str()),
-                    (kind, _) => {
-                        return Err(ApiError::invalid(
-                            "messages",
-                            format!(
-                            "`messages[{i}].content`: only text parts are supported; got `{kind}`"
-                        ),
-                        ))
-                    }
-                }
-            }
-            texts.join("\n")
-        }
-    };
-    let tool_calls = match (&message.tool_calls, message.role.as_str()) {
-        (None, _) => None,
-        (Some(calls), "assistant") => Some(template_calls(i, calls)?),
-        (Some(_), role) => {
-            return Err(ApiError::invalid(
-                "messages",
-                format!(
-                    "`messages[{i}].tool_calls` is only allowed on assistant turns; got {role:?}"
-                ),
-            ))
-        }
-    };
-    check_reply_fields(i, message)?;
-    Ok(TemplateMessage {
-        role: message.role.clone(),
-        content,
-        name: message.name.clone(),
-        tool_call_id: message.tool_call_id.clone(),
-        tool_calls,
-        reasoning_content: message.reasoning_content.clone(),
     })
 }
 
@@ -352,63 +258,5 @@ impl Format for ChatFormat {
     fn complete(&self, choices: Vec<Value>, usage: Usage) -> Value {
         self.head
             .with_usage("chat.completion", Value::Array(choices), usage)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::openai::ContentPart;
-
-    fn message(role: &str, content: Option<Content>) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content,
-            name: None,
-            tool_call_id: None,
-            tool_calls: None,
-            reasoning_content: None,
-            parsed: None,
-            refusal: None,
-            audio: None,
-            function_call: None,
-            annotations: None,
-        }
-    }
-
-    #[test]
-    fn text_parts_are_joined_and_other_parts_refused() {
-        let parts = vec![
-            ContentPart {
-                kind: "text".into(),
-                text: Some("a".into()),
-            },
-            ContentPart {
-                kind: "text".into(),
-                text: Some("b".into()),
-            },
-        ];
-        let m = flatten((0, &message("user", Some(Content::Parts(parts))))).unwrap();
-        assert_eq!(m.content, "a\nb");
-        let image = vec![ContentPart {
-            kind: "image_url".into(),
-            text: None,
-        }];
-        let err = flatten((1, &message("user", Some(Content::Parts(image))))).unwrap_err();
-        assert_eq!(
-            err.message(),
-            "`messages[1].content`: only text parts are supported; got `image_url`"
-        );
-    }
-
-    #[test]
-    fn unknown_roles_are_refused() {
-        let err = flatten((0, &message("wizard", None))).unwrap_err();
-        assert!(
-            err.message()
-                .starts_with("`messages[0].role` must be one of"),
-            "{}",
-            err.message()
-        );
     }
 }

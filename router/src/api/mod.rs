@@ -12,6 +12,7 @@ pub mod completions;
 pub mod constraint;
 pub mod generate;
 pub mod limits;
+pub mod messages;
 pub mod models;
 pub mod native;
 pub mod openai;

@@ -134,6 +134,11 @@ pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    /// Any other key: refused by name when the message is read (an untagged `Content`
+    /// cannot say which key its parts did not take).
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub other: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -305,6 +310,13 @@ mod tests {
             {"role":"assistant","content":"yo","weight":0}]}"#;
         let err = chat(turns).unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `messages[1].weight`");
+        let part = r#"{"model":"m","messages":[{"role":"user","content":[
+            {"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}"#;
+        let (req, _) = chat(part).unwrap();
+        let Some(Content::Parts(parts)) = &req.messages[0].content else {
+            panic!("parts")
+        };
+        assert!(parts[0].other.contains_key("cache_control"));
         let err = parse_body::<CompletionRequest>(br#"{"model":"m","prompt":"p","messages":[]}"#)
             .unwrap_err();
         assert_eq!(err.message(), "unsupported parameter `messages`");
