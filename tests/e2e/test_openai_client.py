@@ -2,6 +2,8 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
+import pytest
 import requests
 
 from tests.e2e.conftest import Server
@@ -21,6 +23,9 @@ def test_health_and_models(server: Server) -> None:
     assert requests.get(f"{server.base_url}/health").status_code == 200
     models = server.client().models.list()
     assert [m.id for m in models.data] == [MODEL]
+    assert server.client().models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        server.client().models.retrieve("gpt-4")
 
 
 def test_chat_answers_the_capital_of_france(server: Server) -> None:

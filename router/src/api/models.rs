@@ -4,11 +4,12 @@
 //! name), others the folder's name: both are accepted, the folder's name first (the one
 //! the chat page and `--shell` show). `--served-model-name` (repeatable) replaces both.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::{json, Value};
 
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The accepted names, in the order `/v1/models` lists them.
@@ -33,17 +34,29 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
     let data: Vec<Value> = state
         .model_names
         .iter()
-        .map(|name| {
-            json!({
-                "id": name,
-                "object": "model",
-                "created": state.started,
-                "owned_by": "minisgl",
-                "max_model_len": state.max_context().ok(),
-            })
-        })
+        .map(|name| entry(&state, name))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}` (the openai SDK's `models.retrieve`): the entry of a served name,
+/// which may hold slashes (`Qwen/Qwen3-8B`), else the 404 that lists them.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    state.check_model(&id)?;
+    Ok(Json(entry(&state, &id)))
+}
+
+fn entry(state: &AppState, name: &str) -> Value {
+    json!({
+        "id": name,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "minisgl",
+        "max_model_len": state.max_context().ok(),
+    })
 }
 
 #[cfg(test)]

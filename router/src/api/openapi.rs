@@ -48,6 +48,12 @@ fn routes() -> Vec<Route> {
         ),
         (Get, "/v1/models", "The served model names", None),
         (
+            Get,
+            "/v1/models/{id}",
+            "One served model (404 listing them)",
+            None,
+        ),
+        (
             Post,
             "/tokenize",
             "Text or messages to token ids (vLLM)",

@@ -36,6 +36,7 @@ pub fn app(state: AppState) -> Router {
     page.route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::retrieve))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/generate", post(generate_native))

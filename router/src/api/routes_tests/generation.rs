@@ -213,6 +213,23 @@ async fn every_served_name_is_accepted_and_a_404_lists_them() {
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["tiny", "/models/tiny"]);
+    for name in &ids {
+        // The openai SDK's `models.retrieve(name)`: GET /v1/models/{name}, slashes and all.
+        let uri = format!("/v1/models/{name}");
+        let (status, body) =
+            send_json(s.app(), Request::get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            (&body["id"], &body["object"]),
+            (&json!(name), &json!("model"))
+        );
+    }
+    let missing = Request::get("/v1/models/gpt-4")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = send_json(s.app(), missing).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "model_not_found");
     for name in ids {
         let req = post(
             "/v1/completions",
