@@ -17,11 +17,11 @@ applies the masks too (gumbel.py). Greedy rows never pay for the sort that top-k
 needs. Greedy, temperature, top-k, top-p, min-p and seeds run without a host sync (sampling
 without a CUDA sync is what lets the overlap loop run ahead); penalties, min_new_tokens
 masks and logprobs sync. Under overlap a request's newest token may still be pending on the
-host: the penalties read it from the engine's token pool (`newest`), on the device. A grammar mask needs the request's newest token on the host: under
-overlap the scheduler hands over the masks a helper thread filled ahead through `masks`,
-which the sampler calls when it needs them (scheduler.py, constrain/prefetch.py); rows not
-filled ahead are filled here. What the sampler reads of a request's progress (its token
-count) it reads before that call.
+host: the penalties read it from the engine's token pool (`newest`), on the device. A grammar
+mask needs the request's newest token on the host: under overlap the scheduler hands over
+the masks a helper thread filled ahead through `masks`, which the sampler calls when it
+needs them (scheduler.py, constrain/prefetch.py); rows not filled ahead are filled here.
+What the sampler reads of a request's progress (its token count) it reads before that call.
 """
 
 from __future__ import annotations
