@@ -11,10 +11,11 @@ use crate::text::chat_template::TemplateMessage;
 
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
-/// The fields a reply carries when it is sent back as history: on assistant turns only, and
-/// those this server never fills empty.
+/// The fields a reply carries when it is sent back as history: on assistant turns only (an
+/// earlier turn's calls too), and those this server never fills empty.
 fn check_reply_fields(i: usize, message: &ChatMessage) -> Result<(), ApiError> {
     let on_reply = [
+        ("tool_calls", message.tool_calls.is_some()),
         ("reasoning_content", message.reasoning_content.is_some()),
         ("parsed", message.parsed.is_some()),
     ];
@@ -88,19 +89,10 @@ pub fn flatten((i, message): (usize, &ChatMessage)) -> Result<TemplateMessage, A
             texts.join("\n")
         }
     };
-    let tool_calls = match (&message.tool_calls, message.role.as_str()) {
-        (None, _) => None,
-        (Some(calls), "assistant") => Some(template_calls(i, calls)?),
-        (Some(_), role) => {
-            return Err(ApiError::invalid(
-                "messages",
-                format!(
-                    "`messages[{i}].tool_calls` is only allowed on assistant turns; got {role:?}"
-                ),
-            ))
-        }
-    };
     check_reply_fields(i, message)?;
+    let tool_calls = (message.tool_calls.as_ref())
+        .map(|calls| template_calls(i, calls))
+        .transpose()?;
     Ok(TemplateMessage {
         role: message.role.clone(),
         content,
@@ -174,6 +166,17 @@ mod tests {
         assert_eq!(
             err.body()["error"]["param"],
             "messages[2].content[0].cache_control"
+        );
+    }
+
+    #[test]
+    fn an_earlier_turn_s_calls_are_on_assistant_turns_only() {
+        let mut user = message("user", None);
+        user.tool_calls = Some(vec![]);
+        let err = flatten((3, &user)).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "`messages[3].tool_calls` is only allowed on assistant turns; got \"user\""
         );
     }
 

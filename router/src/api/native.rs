@@ -10,6 +10,7 @@ use crate::api::chat;
 use crate::api::generate::{self, Generation, Piece, PromptInput};
 use crate::api::openai::{from_map, ChatMessage, CommonParams, Usage};
 use crate::api::params::{validate, EndpointParams};
+use crate::api::prepare::check_tokens;
 use crate::api::respond::{finish_reason, respond, Choices, Format};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -65,12 +66,7 @@ pub async fn tokenize(state: &AppState, req: TokenizeRequest) -> Result<Value, A
 pub fn detokenize(state: &AppState, req: DetokenizeRequest) -> Result<Value, ApiError> {
     check_model(state, req.model.as_deref())?;
     let vocab = state.tokenizer.vocab_size();
-    if let Some(t) = req.tokens.iter().find(|&&t| t as usize >= vocab) {
-        return Err(ApiError::invalid(
-            "tokens",
-            format!("token id {t} is outside the vocabulary of {vocab}"),
-        ));
-    }
+    check_tokens("tokens", req.tokens.iter().copied(), vocab)?;
     Ok(json!({"prompt": state.tokenizer.decode_with_specials(&req.tokens)}))
 }
 

@@ -24,14 +24,14 @@ pub async fn prepare(
     mut params: GenParams,
 ) -> Result<Prepared, ApiError> {
     let started = Instant::now();
+    let vocab_size = state.tokenizer.vocab_size();
     let input_ids = match prompt {
         PromptInput::Text {
             text,
             add_special_tokens,
         } => state.tokenizer.encode(text, add_special_tokens).await?,
-        PromptInput::Ids(ids) => check_ids(ids, state.tokenizer.vocab_size())?,
+        PromptInput::Ids(ids) => check_ids(ids, vocab_size)?,
     };
-    let vocab_size = state.tokenizer.vocab_size();
     let bias = params.sampling.logit_bias.iter().map(|&(t, _)| t);
     check_tokens("logit_bias", bias, vocab_size)?;
     let stop_ids = params.sampling.stop_token_ids.iter().copied();
@@ -50,7 +50,7 @@ fn check_ids(ids: Vec<u32>, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
 }
 
 /// The first of `ids` outside the vocabulary, as a 400 naming `field`.
-fn check_tokens(
+pub fn check_tokens(
     field: &str,
     mut ids: impl Iterator<Item = u32>,
     vocab_size: usize,

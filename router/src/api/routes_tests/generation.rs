@@ -42,12 +42,7 @@ async fn chat_stream_has_role_content_finish_usage_done() {
     let req = chat(json!({"stream": true, "stream_options": {"include_usage": true}}));
     let (status, body) = send(s.app(), req).await;
     assert_eq!(status, StatusCode::OK);
-    let events = sse_events(&body);
-    assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks = json_events(&body);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     assert!(chunks
         .iter()
@@ -171,12 +166,7 @@ async fn completion_stream_has_text_chunks_only() {
     let body = json!({"model": "tiny", "prompt": [[5, 6]], "max_tokens": 4, "stream": true});
     let (status, text) = send(s.app(), post("/v1/completions", body)).await;
     assert_eq!(status, StatusCode::OK);
-    let events = sse_events(&text);
-    assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks = json_events(&text);
     assert!(chunks.iter().all(|c| c["object"] == "text_completion"));
     assert!(chunks[..chunks.len() - 1]
         .iter()

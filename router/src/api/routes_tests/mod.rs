@@ -195,3 +195,13 @@ fn sse_events(body: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// A stream's JSON events, after checking that `[DONE]` ends it.
+fn json_events(body: &str) -> Vec<Value> {
+    let events = sse_events(body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
