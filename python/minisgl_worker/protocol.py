@@ -207,11 +207,12 @@ def _output_to_wire(o: TokenOutput) -> dict[str, Any]:
 
 
 def _from_wire(raw: Any) -> Msg:
+    # reprlib.repr describes bad values: repr() of a deeply nested frame exhausts the stack.
     if not isinstance(raw, dict) or "type" not in raw:
-        raise ProtocolError(f"message must be a map with a 'type'; got {_brief(raw)}")
+        raise ProtocolError(f"message must be a map with a 'type'; got {reprlib.repr(raw)}")
     cls = _BY_TYPE.get(raw["type"])
     if cls is None:
-        raise ProtocolError(f"unknown message type {_brief(raw['type'])}")
+        raise ProtocolError(f"unknown message type {reprlib.repr(raw['type'])}")
     names = [f.name for f in fields(cls)]
     missing = [n for n in names if n not in raw]
     if missing:
@@ -234,27 +235,26 @@ def _sampling_from_wire(raw: Any) -> SamplingParams:
     if not isinstance(raw, dict) or sorted(raw) != sorted(names):
         keys = sorted(raw) if isinstance(raw, dict) else raw
         raise ProtocolError(
-            f"sampling must be a map with exactly the keys {names}; got {_brief(keys)}"
+            f"sampling must be a map with exactly the keys {names}; got {reprlib.repr(keys)}"
         )
     bias = raw["logit_bias"]
-    if not (isinstance(bias, list) and all(_is_bias(pair) for pair in bias)):
+    if not (isinstance(bias, list) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and is_int(p[0]) and is_number(p[1])
+            for p in bias)):
         raise ProtocolError(f"sampling.logit_bias must be [[token, bias], ...]; got "
-                            f"{_brief(bias)}")
+                            f"{reprlib.repr(bias)}")
     bias = [(t, float(b)) for t, b in bias]
     return SamplingParams(**{**raw, "logit_bias": bias,
                              "constraint": _constraint_from_wire(raw["constraint"])})
 
 
-def _is_bias(pair: Any) -> bool:
-    return (isinstance(pair, (list, tuple)) and len(pair) == 2
-            and isinstance(pair[0], int) and not isinstance(pair[0], bool)
-            and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool))
+def is_int(value: Any) -> bool:
+    """An integer on the wire, not a boolean (Python's bools are ints)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _brief(value: Any) -> str:
-    """A bounded description of a bad value (reprlib stops at a depth and a length, where
-    repr() of a deeply nested frame would exhaust the stack)."""
-    return reprlib.repr(value)
+def is_number(value: Any) -> bool:
+    return isinstance(value, float) or is_int(value)
 
 
 def _constraint_from_wire(raw: Any) -> Constraint | None:
@@ -262,7 +262,7 @@ def _constraint_from_wire(raw: Any) -> Constraint | None:
         return None
     if not isinstance(raw, dict) or list(raw) != ["kind", "source"]:
         raise ProtocolError(
-            f"sampling.constraint must be nil or {{kind, source}}; got {_brief(raw)}")
+            f"sampling.constraint must be nil or {{kind, source}}; got {reprlib.repr(raw)}")
     if not isinstance(raw["source"], str):
         raise ProtocolError("sampling.constraint.source must be a string")
     try:
@@ -273,7 +273,7 @@ def _constraint_from_wire(raw: Any) -> Constraint | None:
 
 def _output_from_wire(raw: Any) -> TokenOutput:
     if not isinstance(raw, dict):
-        raise ProtocolError(f"step output must be a map; got {_brief(raw)}")
+        raise ProtocolError(f"step output must be a map; got {reprlib.repr(raw)}")
     top = raw.get("top_logprobs")
     if top is not None:
         raw = {**raw, "top_logprobs": [(t, lp) for t, lp in top]}
@@ -292,7 +292,7 @@ def decode_frame(data: bytes) -> list[Msg]:
         raise ProtocolError(f"frame is not msgpack: {e}") from e
     if not isinstance(raw, dict) or raw.get("v") != VERSION:
         version = raw.get("v") if isinstance(raw, dict) else None
-        raise ProtocolError(f"frame version must be {VERSION}; got {_brief(version)}")
+        raise ProtocolError(f"frame version must be {VERSION}; got {reprlib.repr(version)}")
     msgs = raw.get("msgs")
     if not isinstance(msgs, list):
         raise ProtocolError("frame has no 'msgs' list")

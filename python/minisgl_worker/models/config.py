@@ -87,6 +87,7 @@ class ModelConfig:
         attention_bias = bool(raw.get("attention_bias", False))
         theta, scaling = _rope(raw)
         context, window = int(raw.get("max_position_embeddings", 4096)), _sliding_window(raw)
+        capping = window if window is not None and window < context else None
         return cls(
             model_type=model_type,
             vocab_size=raw["vocab_size"],
@@ -98,7 +99,7 @@ class ModelConfig:
             head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
             rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
             rope_theta=theta,
-            max_context=min(context, window or context),
+            max_context=capping or context,
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             # Qwen2 always biases q/k/v (and never o); Llama's attention_bias covers all four.
             qkv_bias=attention_bias or model_type == "qwen2",
@@ -106,7 +107,7 @@ class ModelConfig:
             qk_norm=model_type == "qwen3",
             rope_scaling=scaling,
             eos_token_ids=_eos_ids(path, raw),
-            sliding_window=window if window is not None and window < context else None,
+            sliding_window=capping,
         )
 
 

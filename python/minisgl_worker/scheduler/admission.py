@@ -9,11 +9,10 @@ range), so one bad request is refused alone instead of failing the step it would
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from ..core import Req
 from ..engine import Engine
-from ..protocol import Error, ErrorCode, Generate, SamplingParams
+from ..protocol import Error, ErrorCode, Generate, SamplingParams, is_int, is_number
 
 _NUMBERS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
             "repetition_penalty")
@@ -45,23 +44,18 @@ def admit(msg: Generate, engine: Engine, max_context: int) -> Req | Error:
     return Req(msg.rid, msg.input_ids, msg.sampling)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _wrong_type(msg: Generate) -> str | None:
     s = msg.sampling
     checks: list[tuple[str, bool, str]] = [
-        ("rid", _is_int(msg.rid), "an integer"),
-        ("input_ids", isinstance(msg.input_ids, list) and all(map(_is_int, msg.input_ids)),
+        ("rid", is_int(msg.rid), "an integer"),
+        ("input_ids", isinstance(msg.input_ids, list) and all(map(is_int, msg.input_ids)),
          "a list of integers"),
-        ("sampling.seed", s.seed is None or _is_int(s.seed), "an integer or nil"),
+        ("sampling.seed", s.seed is None or is_int(s.seed), "an integer or nil"),
         ("sampling.stop_token_ids", isinstance(s.stop_token_ids, list)
-         and all(map(_is_int, s.stop_token_ids)), "a list of integers"),
+         and all(map(is_int, s.stop_token_ids)), "a list of integers"),
     ]
-    checks += [(f"sampling.{f}", isinstance(getattr(s, f), (int, float))
-                and not isinstance(getattr(s, f), bool), "a number") for f in _NUMBERS]
-    checks += [(f"sampling.{f}", _is_int(getattr(s, f)), "an integer") for f in _INTS]
+    checks += [(f"sampling.{f}", is_number(getattr(s, f)), "a number") for f in _NUMBERS]
+    checks += [(f"sampling.{f}", is_int(getattr(s, f)), "an integer") for f in _INTS]
     checks += [(f"sampling.{f}", isinstance(getattr(s, f), bool), "a boolean") for f in _BOOLS]
     for field, ok, what in checks:
         if not ok:
@@ -83,6 +77,8 @@ def _out_of_range(msg: Generate, vocab: int) -> str | None:
     bad_bias = [b for _, b in s.logit_bias if not math.isfinite(b)]
     if bad_bias:
         return f"sampling.logit_bias biases must be finite; got {bad_bias[0]}"
+    if s.constraint is not None and s.min_new_tokens > 0:  # the mask may allow only EOS
+        return "sampling.min_new_tokens must be 0 with a constraint (it ends where it may)"
     checks = [
         ("temperature", s.temperature >= 0, ">= 0"),
         ("top_p", 0 < s.top_p <= 1, "in (0, 1]"),
@@ -94,8 +90,6 @@ def _out_of_range(msg: Generate, vocab: int) -> str | None:
         ("min_new_tokens", s.min_new_tokens >= 0, ">= 0"),
         ("top_logprobs", 0 <= s.top_logprobs <= vocab, f"in [0, {vocab}]"),
     ]
-    if s.constraint is not None and s.min_new_tokens > 0:  # the mask may allow only EOS
-        return "sampling.min_new_tokens must be 0 with a constraint (it ends where it may)"
     for field, ok, limit in checks:
         if not ok:
             return f"sampling.{field} must be {limit}; got {getattr(s, field)}"
