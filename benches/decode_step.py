@@ -9,7 +9,9 @@ sampler (greedy; temperature 0.6), the whole `Engine.forward_batch`, and the ste
 attention alone (every layer's, as the batch's route runs it, replayed from one CUDA graph).
 Prints the bytes a step must read (weights + KV) over the time, and the KV bytes over the
 attention's time: the achieved share of ~4.3 TB/s. `--kv-cache-dtype fp8_e4m3` runs the
-same over an FP8 KV cache (half the KV bytes of bf16)."""
+same over an FP8 KV cache (half the KV bytes of bf16). `--kernels N` also lists, for each
+case, the N kernels the greedy graph forward spends most GPU time in (torch.profiler over
+`iters` replays): where a small batch's step goes beyond its weight reads."""
 
 from __future__ import annotations
 
@@ -83,6 +85,29 @@ def attention_ms(llm: LLM, batch: Batch, route: Route, iters: int) -> float:
     return median_ms(graph.replay, iters)
 
 
+def kernel_table(llm: LLM, batch: Batch, iters: int, top: int) -> list[str]:
+    """The greedy graph forward's `top` kernels by GPU time: us a step, launches a step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    route = llm.engine.routes.route(batch)
+    graphs = llm.engine.runners[route.kind]
+    with torch.inference_mode():
+        graphs.run(batch, route)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                graphs.run(batch, route)
+            torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    events.sort(key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in events) / iters
+    lines = [f"kernels of batch {len(batch.reqs)}: {total:.1f} us a step on the GPU"]
+    for e in events[:top]:
+        lines.append(f"  {e.device_time_total / iters:8.1f} us  {e.count / iters:6.1f} x  "
+                     f"{e.key[:90]}")
+    return lines
+
+
 def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float, float]:
     """-> (graph forward, sampler, forward_batch, attention) ms."""
     engine = llm.engine
@@ -105,6 +130,8 @@ def main() -> None:
     p.add_argument("--cases", default="256x1024,64x1024,256x512", help="batch x context")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
+    p.add_argument("--kernels", type=int, default=0, metavar="N",
+                   help="list each case's N costliest kernels (0: none)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cases = [tuple(map(int, case.split("x"))) for case in args.cases.split(",")]
@@ -117,7 +144,7 @@ def main() -> None:
     kv_per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
                                              engine.kv_dtype)
     kv_name = str(engine.kv_dtype).removeprefix("torch.")
-    rows = []
+    rows, kernels = [], []
     for size, context in cases:
         for temp in (0.0, 0.6):
             batch = decode_batch(llm, size, context, SamplingParams(temperature=temp))
@@ -126,10 +153,13 @@ def main() -> None:
             rows.append((Path(args.model).name, size, context, temp, graph_ms, sample_ms,
                          total_ms, (weight_bytes + kv_bytes) / total_ms / 1e9, attn_ms,
                          kv_bytes / attn_ms / 1e9))
+            if args.kernels and temp == 0.0:
+                kernels += kernel_table(llm, batch, args.iters, args.kernels)
             for req in batch.reqs:  # give the slots and pages back
                 llm.scheduler.cache.release(req)
                 llm.scheduler.table.free(req.table_idx)
     llm.shutdown()
+    print("\n".join(kernels))
     print(f"KV cache: {kv_name}")
     print("| model | batch | context | temperature | graph fwd ms | sampler ms | "
           "forward_batch ms | TB/s (weights + KV) | attention ms (all layers) | "
