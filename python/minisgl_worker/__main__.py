@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .distributed.ranks import LocalRanks, free_addr
+from .engine import KVMemoryError
 from .kvcache import CACHE_KINDS
 from .models import CheckpointError, ModelConfig, ModelConfigError, check_checkpoint
 from .rank import run_rank
@@ -218,9 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.parent_pid is not None:
         _exit_when_orphaned(args.parent_pid)
+    try:
+        run_ranks(args)
+    except KVMemoryError as e:  # a size we were asked for, or the least one, does not fit
+        print(f"minisgl_worker: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_ranks(args: argparse.Namespace) -> None:
+    """This host's ranks: this process is the first; the others are spawned."""
     if args.tp == 1:
         run_rank(args, None, 0)
-        return 0
+        return
     per_host = args.tp // args.nnodes
     first = args.node_rank * per_host
     addr = args.dist_init_addr or free_addr()
@@ -232,8 +243,6 @@ def main(argv: list[str] | None = None) -> int:
         ranks.stop(grace_s=0)  # they may be blocked in a collective with us
         raise
     ranks.stop(grace_s=10)  # they got Shutdown
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -106,3 +106,18 @@ def test_a_model_we_cannot_serve_stops_the_start_with_one_line_naming_the_field(
     assert code != 0, log
     assert f"minisgl_worker: error: {says.format(folder=folder)}" in log, log
     assert "Traceback" not in log, log
+
+
+def test_a_kv_cache_larger_than_memory_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    server = launch_router(tmp_path, "--model", ensure_default_model(),
+                           "--kv-tokens", str(10**15))
+    try:
+        code = server.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        raise
+    log = server.log_path.read_text()
+    assert code != 0, log
+    assert "minisgl_worker: error: --kv-tokens 1,000,000,000,000,000 needs " in log, log
+    assert "left for it in host memory: at most " in log, log
+    assert "Traceback" not in log, log

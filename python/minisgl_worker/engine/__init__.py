@@ -2,6 +2,7 @@
 
 from .config import EngineConfig
 from .engine import Engine, ForwardOutput
+from .memory import KVMemoryError
 from .sampler import SampleOutput, Sampler
 
-__all__ = ["Engine", "EngineConfig", "ForwardOutput", "SampleOutput", "Sampler"]
+__all__ = ["Engine", "EngineConfig", "ForwardOutput", "KVMemoryError", "SampleOutput", "Sampler"]

@@ -31,7 +31,7 @@ from .config import EngineConfig
 from .graphs import Eager, Runner, capture_graphs
 from .kernels import choose_kernels, fused_kernels
 from .kv_scales import calibrate
-from .memory import plan_kv_memory
+from .memory import KVMemoryError, available_ram, check_kv_fits, plan_kv_memory
 from .route import Gpu, RouteTable, build_table
 from .sampler import Sampler
 
@@ -147,15 +147,14 @@ class Engine:
 
     def _rank_pages(self) -> int:
         cfg, ps, sizes = self.rank_config, self.page_size, self.routes.sizes
-        if self.config.kv_tokens:
-            return -(-self.config.kv_tokens // ps)
         per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
                                               self.kv_dtype)
+        fraction = self.config.gpu_memory_fraction
         if self.device.type == "cuda":
             plan = plan_kv_memory(
                 self.model, cfg, self.backend_name, self.routes, self.dtype, self.device, ps,
                 self.config.chunk_size, sizes.decode[-1] if sizes.decode else 0,
-                sizes.pieces + sizes.mixed, self.max_running, self.config.gpu_memory_fraction,
+                sizes.pieces + sizes.mixed, self.max_running, fraction,
             )
             budget = plan.kv_bytes
             logger.info(
@@ -164,11 +163,20 @@ class Engine:
                 plan.weights_and_rest / 2**30, plan.prefill_peak / 2**30,
                 plan.graph_reserve / 2**30, budget / 2**30, max(budget, 0) // per_token,
             )
+            where = (f"on {self.device} (gpu_memory_fraction {fraction} of the card, less the "
+                     "weights, activations, CUDA graphs and a 2 GiB margin)")
         else:
-            budget = self.config.cpu_kv_bytes
+            budget, where = self.config.cpu_kv_bytes, "in host memory"
+        if self.config.kv_tokens:
+            free = budget if self.device.type == "cuda" else available_ram()
+            check_kv_fits(self.config.kv_tokens, per_token, free, where)
+            return -(-self.config.kv_tokens // ps)
         # No point holding more than every running request at full context.
         tokens = min(budget // per_token, self.max_running * cfg.max_context)
-        assert tokens >= ps, f"no memory left for the KV cache ({budget} bytes)"
+        if tokens < ps:
+            raise KVMemoryError(
+                f"no memory is left for the KV cache {where}: {max(budget, 0) / 2**30:.2f} GiB; "
+                "lower --chunk-size or --cuda-graph-max-bs")
         return tokens // ps
 
     @torch.inference_mode()

@@ -31,6 +31,34 @@ logger = logging.getLogger(__name__)
 MARGIN_BYTES = 2 << 30  # FlashInfer workspaces, cuBLAS, allocator fragmentation
 
 
+class KVMemoryError(ValueError):
+    """The KV cache asked for (or the least one) does not fit: a start-up error, one line."""
+
+
+def check_kv_fits(tokens: int, per_token: int, free_bytes: int | None, where: str) -> None:
+    """Raise KVMemoryError when `tokens` of KV (`per_token` bytes each) outsize
+    `free_bytes` (None: unknown, not checked); `where` names that memory and its limit."""
+    if free_bytes is None or tokens * per_token <= free_bytes:
+        return
+    fits = max(free_bytes, 0) // per_token
+    raise KVMemoryError(
+        f"--kv-tokens {tokens:,} needs {tokens * per_token / 2**30:.2f} GiB of KV cache, but "
+        f"{max(free_bytes, 0) / 2**30:.2f} GiB is left for it {where}: at most {fits:,} tokens "
+        "fit")
+
+
+def available_ram() -> int | None:
+    """The host memory the kernel reports available (MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class MemoryPlan(NamedTuple):
     kv_bytes: int
     prefill_peak: int
