@@ -45,6 +45,8 @@ class StepTimer:
         self.sched, self.engine = llm.scheduler, llm.engine
         self.host: dict[str, float] = defaultdict(float)
         self.rows: list[dict] = []
+        self.t0 = 0.0  # the run's start (reset)
+        self.first: dict[int, float] = {}  # rid -> seconds from t0 to its first token
         self.profile_at: tuple[int, int] | None = None  # (first step, last step) to profile
         self.prof: torch.profiler.profile | None = None
         sched, engine = self.sched, self.engine
@@ -72,6 +74,7 @@ class StepTimer:
             end.record()
             self.rows.append({"start": start, "end": end, "kind": kind, "reqs": batch.size,
                               "tokens": int(batch.input_ids.numel()),
+                              "prompt": sum(n for n in batch.extend_lens if n > 1),
                               "kv": sum(r.device_len for r in batch.reqs)})
             return out
 
@@ -80,7 +83,10 @@ class StepTimer:
             out.tokens()
             self.host["wait"] += time.perf_counter() - t
             result = process(batch, out)
-            self.host["process"] += time.perf_counter() - t
+            now = time.perf_counter()
+            self.host["process"] += now - t
+            for token in result:
+                self.first.setdefault(token.rid, now - self.t0)
             return result
 
         sched.schedule, sched.launch, sched.process_results = (
@@ -104,6 +110,8 @@ class StepTimer:
     def reset(self) -> None:
         self.host.clear()
         self.rows.clear()
+        self.first.clear()
+        self.t0 = time.perf_counter()
 
     def dump(self, path: str) -> None:
         """One JSON line per batch: kind, requests, tokens, KV tokens read, GPU ms."""
@@ -127,7 +135,11 @@ class StepTimer:
             if prev_end is not None:
                 k["idle_before_s"] += max(0.0, prev_end.elapsed_time(r["start"]) / 1e3)
             prev_end = r["end"]
-        print(f"wall {wall:.3f} s, {len(self.rows)} batches")
+        firsts = sorted(self.first.values())
+        ttft = (f"; first tokens (all requests given at once, as `inf`): p50 "
+                f"{firsts[len(firsts) // 2]:.3f} s, p90 {firsts[len(firsts) * 9 // 10]:.3f} s"
+                if firsts else "")
+        print(f"wall {wall:.3f} s, {len(self.rows)} batches{ttft}")
         print("| batches | steps | mean reqs | mean tokens | GPU span s | ms/step | "
               "GPU idle before s |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
