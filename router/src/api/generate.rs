@@ -32,6 +32,16 @@ pub enum PromptInput {
     Ids(Vec<u32>),
 }
 
+impl PromptInput {
+    /// The prompt's text ("" for token ids).
+    pub fn text(&self) -> &str {
+        match self {
+            Self::Text { text, .. } => text,
+            Self::Ids(_) => "",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
     pub token: u32,

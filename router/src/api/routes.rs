@@ -90,9 +90,11 @@ async fn chat_completions(
     state.check_model(&req.model)?;
     let endpoint = chat::endpoint_params(&req)?;
     let mut params = validate(&common, &endpoint, &state.limits)?;
-    let (tools, plan) = tools::prepare(&state, &mut req, &common, &mut params)?;
+    let (tools, mut plan) = tools::prepare(&state, &mut req, &common, &mut params)?;
     let kwargs = req.chat_template_kwargs.as_ref();
     let prompt = chat::prompt_with(&state, &req.messages, &tools, kwargs)?;
+    let constraint = &mut params.sampling.constraint;
+    plan.reasoning = tools::reasoning_room(state.reasoning, constraint, prompt.text());
     let mut slots = state.admission.admit(params.n as usize).await?;
     let generations =
         generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;

@@ -21,6 +21,7 @@ use crate::text::tool_calls::ToolFormat;
 use grammar::{forced_calls, strict_auto};
 use output::OutputPlan;
 use request::ToolRequest;
+pub use think::reasoning_room;
 
 /// The router's flags for chat outputs.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
@@ -78,23 +79,7 @@ pub fn prepare(
             (state.tool_format, tools.max_calls(), names.collect())
         }),
         forced: tools.forced(),
-        reasoning: reasoning_room(state.reasoning, params),
+        reasoning: None, // `reasoning_room`, once the prompt is rendered
     };
     Ok((tools, plan))
-}
-
-/// With a reasoning parser, a constraint is wrapped to apply after the thought; one that
-/// cannot be (a regex, a client grammar) leaves no room for reasoning: its output is all
-/// answer, not split.
-fn reasoning_room(
-    reasoning: Option<ReasoningFormat>,
-    params: &mut GenParams,
-) -> Option<ReasoningFormat> {
-    let format = reasoning?;
-    let Some(constraint) = &params.sampling.constraint else {
-        return Some(format);
-    };
-    let wrapped = think::after_reasoning(format, constraint)?;
-    params.sampling.constraint = Some(wrapped);
-    Some(format)
 }

@@ -12,6 +12,27 @@ use serde_json::{json, Value};
 use crate::text::reasoning::ReasoningFormat;
 use crate::worker::protocol::{Constraint, ConstraintKind};
 
+/// How a chat choice's output is split, given the reasoning parser (if any), the request's
+/// constraint and its rendered prompt. A constraint is wrapped to apply after the thought;
+/// one that cannot be (a regex, a client grammar), or a prompt whose template already
+/// closed the thought (Qwen3's `enable_thinking: false` ends it with an empty
+/// `<think></think>`), leaves no room for reasoning: the output is all answer, not split.
+pub fn reasoning_room(
+    reasoning: Option<ReasoningFormat>,
+    constraint: &mut Option<Constraint>,
+    prompt: &str,
+) -> Option<ReasoningFormat> {
+    let format = reasoning?;
+    let Some(given) = constraint.as_ref() else {
+        return Some(format);
+    };
+    if prompt.trim_end().ends_with("</think>") {
+        return None;
+    }
+    *constraint = Some(after_reasoning(format, given)?);
+    Some(format)
+}
+
 /// The constraint with a thought allowed before it, or None when its kind is not wrapped.
 pub fn after_reasoning(format: ReasoningFormat, constraint: &Constraint) -> Option<Constraint> {
     let answer = match constraint.kind {
@@ -102,6 +123,34 @@ mod tests {
         )
         .unwrap();
         assert!(calls.ends_with("answer: call\ncall: \"x\"\n"), "{calls}");
+    }
+
+    #[test]
+    fn a_prompt_that_closed_the_thought_leaves_the_constraint_as_it_is() {
+        let schema = Constraint {
+            kind: ConstraintKind::JsonSchema,
+            source: r#"{"type": "object"}"#.into(),
+        };
+        let qwen3 = Some(ReasoningFormat::Qwen3);
+        let open = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+        let closed = format!("{open}<think>\n\n</think>\n\n");
+        let mut kept = Some(schema.clone());
+        assert_eq!(reasoning_room(qwen3, &mut kept, &closed), None);
+        assert_eq!(kept, Some(schema.clone()));
+        let mut wrapped = Some(schema.clone());
+        assert_eq!(reasoning_room(qwen3, &mut wrapped, open), qwen3);
+        let wrapped = wrapped.unwrap();
+        assert_eq!(wrapped.kind, ConstraintKind::Lark);
+        assert!(
+            wrapped.source.contains("\"<think>\" thought"),
+            "{}",
+            wrapped.source
+        );
+        // Without a constraint the output is split either way; without a parser, never.
+        assert_eq!(reasoning_room(qwen3, &mut None, &closed), qwen3);
+        let mut none = Some(schema.clone());
+        assert_eq!(reasoning_room(None, &mut none, open), None);
+        assert_eq!(none, Some(schema));
     }
 
     #[test]
