@@ -85,7 +85,8 @@ def prompts_for(args: argparse.Namespace, rate: float) -> int:
 
 
 def run_once(args: argparse.Namespace, model: str, reqs: list[ds.Request], rate: float,
-             seed: int, count) -> dict:
+             seed: int, count, keep: str | None = None) -> dict:
+    """One rate's run -> its metrics; `keep`: a file for its records (write_records)."""
     chat = args.endpoint.endswith("/chat/completions")
     offsets = schedule(rate, len(reqs), seed)
     jobs = [(t, request_body(args, model, r), RequestRecord(r.prompt_len, r.output_len))
@@ -94,10 +95,28 @@ def run_once(args: argparse.Namespace, model: str, reqs: list[ds.Request], rate:
                               args.max_concurrency, args.request_timeout, chat)
     duration = max(r.end for r in records) - start
     result = summarize(records, duration, parse_goodput(args.goodput), count)
+    if keep:
+        write_records(keep, args.label, rate, records, start)
     # How late the client sent each request against its schedule: a client that cannot keep
     # up shows here (with --max-concurrency, waiting for a free slot counts too).
     result["send_lag_ms"] = stats_ms([r.sent - start - t for t, r in zip(offsets, records)])
     return result
+
+
+def write_records(path: str, label: str, rate: float, records: list[RequestRecord],
+                  start: float) -> None:
+    """One JSON line per request: when it was sent, its first token and its end (ms from
+    the run's start), its prompt and output tokens, and its longest gap between tokens."""
+    with open(path, "a") as f:
+        for r in records:
+            gaps = [b - a for a, b in zip(r.chunks, r.chunks[1:])]
+            f.write(json.dumps({
+                "label": label, "rate": rate, "prompt": r.usage_prompt or r.prompt_len,
+                "output": r.usage_output, "sent_ms": round((r.sent - start) * 1e3, 2),
+                "first_ms": round((r.chunks[0] - start) * 1e3, 2) if r.chunks else None,
+                "end_ms": round((r.end - start) * 1e3, 2),
+                "max_gap_ms": round(max(gaps) * 1e3, 2) if gaps else None,
+                "error": r.error}) + "\n")
 
 
 def describe(args: argparse.Namespace) -> dict:
@@ -167,6 +186,7 @@ def parser() -> argparse.ArgumentParser:
     a("--warmup", type=int, default=0, help="unmeasured requests first (all at once)")
     a("--temperature", type=float, default=0.0)
     a("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
+    a("--records", help="append each measured request here, one JSON line (write_records)")
     a("--goodput", nargs="*", default=[], metavar="NAME:MS", help="SLOs: ttft, tpot, e2el")
     a("--seed", type=int, default=0)
     a("--request-timeout", type=float, default=600.0, help="seconds per request")
@@ -220,7 +240,7 @@ def main() -> None:
                   "max_concurrency": args.max_concurrency, "num_prompts": len(reqs),
                   "client_procs": args.client_procs, "dataset": describe(args),
                   "prompts_sha256": ds.fingerprint(reqs), "time": time.time()}
-        result.update(run_once(args, model, reqs, rate, args.seed + k, count))
+        result.update(run_once(args, model, reqs, rate, args.seed + k, count, args.records))
         print_run(result)
         if args.json:
             with open(args.json, "a") as f:

@@ -55,10 +55,21 @@ def test_online_bench_streams_every_request(server: Server, tmp_path: Path,
 
 def test_online_bench_at_a_rate_with_two_client_processes(server: Server,
                                                           tmp_path: Path) -> None:
+    records = tmp_path / "records.jsonl"
     (run,) = bench(server, tmp_path, "--endpoint", "/v1/completions", "--request-rates", "20",
-                   "--client-procs", "2", "--seed", "5")
+                   "--client-procs", "2", "--seed", "5", "--warmup", "2",
+                   "--records", str(records))
     assert (run["completed"], run["failed"]) == (3, 0), run["errors"]
     assert (run["request_rate"], run["client_procs"]) == (20.0, 2)
     assert 0 <= run["send_lag_ms"]["p50"] <= run["send_lag_ms"]["p99"]  # sent on schedule
     assert run["total_output_tokens"] == run["expected_output_tokens"]
     assert run["total_input_tokens"] == drawn(3, seed=5)[0]
+    # One record per measured request (not the warm-up's), its times in order.
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == 3 and {r["rate"] for r in rows} == {20.0}
+    for r in rows:
+        assert r["error"] is None, r
+        assert 0 <= r["sent_ms"] < r["first_ms"] <= r["end_ms"], r
+        assert r["max_gap_ms"] is not None and 0 <= r["max_gap_ms"] <= r["end_ms"], r
+    assert sum(r["prompt"] for r in rows) == run["total_input_tokens"]
+    assert sum(r["output"] for r in rows) == run["total_output_tokens"]
