@@ -14,6 +14,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod listen;
 pub mod metrics;
 pub mod routing;
 pub mod run;

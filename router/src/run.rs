@@ -122,7 +122,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
         tp_check::check(&model_dir, config.tp)?;
     }
     let address = format!("{}:{}", config.host, config.port);
-    let listener = TcpListener::bind(&address)
+    let listener = crate::listen::listen(&address)
         .await
         .map_err(|e| format!("cannot listen on {address}: {e}"))?;
     let spec = LaunchSpec {
