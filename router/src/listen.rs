@@ -19,20 +19,24 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 pub async fn listen(address: &str) -> io::Result<TcpListener> {
     let mut last = None;
     for addr in tokio::net::lookup_host(address).await? {
-        let socket = match addr {
-            std::net::SocketAddr::V4(_) => TcpSocket::new_v4()?,
-            std::net::SocketAddr::V6(_) => TcpSocket::new_v6()?,
+        let attempt = || {
+            let socket = match addr {
+                std::net::SocketAddr::V4(_) => TcpSocket::new_v4()?,
+                std::net::SocketAddr::V6(_) => TcpSocket::new_v6()?,
+            };
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            socket.listen(LISTEN_BACKLOG)
         };
-        socket.set_reuseaddr(true)?;
-        match socket.bind(addr) {
-            Ok(()) => return socket.listen(LISTEN_BACKLOG),
-            Err(e) => last = Some(e),
+        match attempt() {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e), // e.g. IPv6 off on this host: the next address
         }
     }
     Err(last.unwrap_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            "the address resolves to nothing",
+            "could not resolve to any address",
         )
     }))
 }
@@ -43,28 +47,46 @@ mod tests {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    /// Connections the kernel completes while nobody accepts: the queue's length (+1).
+    /// Connections the kernel completes while nobody accepts: the queue's length (+1). A
+    /// connect that times out found the queue full; any other error fails the test.
     fn queued(addr: std::net::SocketAddr, most: usize) -> Vec<TcpStream> {
         let mut held = Vec::new();
         while held.len() < most {
             match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
                 Ok(stream) => held.push(stream),
-                Err(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+                Err(e) => panic!("connect {} failed: {e}", held.len()),
             }
         }
         held
     }
 
+    fn proc_number(path: &str, field: Option<&str>) -> Option<usize> {
+        let text = std::fs::read_to_string(path).ok()?;
+        match field {
+            None => text.trim().parse().ok(),
+            Some(name) => text
+                .lines()
+                .find(|l| l.starts_with(name))?
+                .split_whitespace()
+                .nth(3)?
+                .parse()
+                .ok(),
+        }
+    }
+
     #[tokio::test]
     async fn a_burst_larger_than_128_waits_in_the_queue_instead_of_being_dropped() {
-        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(128);
-        let want = somaxconn.min(600);
+        // The kernel's cap and our open-file limit bound what can be shown here.
+        let somaxconn = proc_number("/proc/sys/net/core/somaxconn", None).unwrap_or(128);
+        let files = proc_number("/proc/self/limits", Some("Max open files")).unwrap_or(1024);
+        let want = somaxconn.min(600).min(files.saturating_sub(100));
+        if want <= 129 {
+            eprintln!("not checked: somaxconn {somaxconn}, open files {files}");
+            return;
+        }
         let listener = listen("127.0.0.1:0").await.unwrap();
         let held = queued(listener.local_addr().unwrap(), want);
-        // The kernel's own cap is the most we can get; above 128 it is ours that counts.
         assert!(held.len() >= want, "{} of {want} queued", held.len());
     }
 

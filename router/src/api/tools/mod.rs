@@ -38,7 +38,8 @@ pub struct ChatOptions {
 }
 
 /// The request's tool fields checked; a forced choice (`required`, a named function) puts
-/// its grammar in `params`. Returns how the outputs are parsed too.
+/// its grammar in `params`. Returns how the outputs are parsed too, but for `reasoning`,
+/// which the caller sets once the prompt is rendered (`reasoning_room`).
 pub fn prepare(
     state: &AppState,
     req: &mut ChatRequest,

@@ -5,7 +5,8 @@
 //! `<think>` in the prompt).
 //!
 //! Wrapped: JSON schemas, choice lists and forced tool calls (grammars we write). Regexes and
-//! client grammars are sent as they are; their outputs are then not split (`None`).
+//! client grammars are sent as they are; their outputs are then not split (`None`), nor are
+//! any when the rendered prompt already closed the thought (`reasoning_room`).
 
 use serde_json::{json, Value};
 
@@ -13,22 +14,23 @@ use crate::text::reasoning::ReasoningFormat;
 use crate::worker::protocol::{Constraint, ConstraintKind};
 
 /// How a chat choice's output is split, given the reasoning parser (if any), the request's
-/// constraint and its rendered prompt. A constraint is wrapped to apply after the thought;
-/// one that cannot be (a regex, a client grammar), or a prompt whose template already
-/// closed the thought (Qwen3's `enable_thinking: false` ends it with an empty
-/// `<think></think>`), leaves no room for reasoning: the output is all answer, not split.
+/// constraint and its rendered prompt. A prompt whose template already closed the thought
+/// (Qwen3's `enable_thinking: false` ends it with an empty `<think></think>`) leaves no room
+/// for reasoning: the output is all answer, not split, and a constraint applies from its
+/// first token. Otherwise a constraint is wrapped to apply after the thought; one that
+/// cannot be (a regex, a client grammar) leaves no room for reasoning either.
 pub fn reasoning_room(
     reasoning: Option<ReasoningFormat>,
     constraint: &mut Option<Constraint>,
     prompt: &str,
 ) -> Option<ReasoningFormat> {
     let format = reasoning?;
-    let Some(given) = constraint.as_ref() else {
-        return Some(format);
-    };
     if prompt.trim_end().ends_with("</think>") {
         return None;
     }
+    let Some(given) = constraint.as_ref() else {
+        return Some(format);
+    };
     *constraint = Some(after_reasoning(format, given)?);
     Some(format)
 }
@@ -146,8 +148,11 @@ mod tests {
             "{}",
             wrapped.source
         );
-        // Without a constraint the output is split either way; without a parser, never.
-        assert_eq!(reasoning_room(qwen3, &mut None, &closed), qwen3);
+        // Without a constraint too, a closed thought leaves the output unsplit (a DeepSeek-R1
+        // parser would otherwise take an answer without `</think>` for reasoning).
+        let r1 = Some(ReasoningFormat::DeepseekR1);
+        assert_eq!(reasoning_room(r1, &mut None, &closed), None);
+        assert_eq!(reasoning_room(r1, &mut None, open), r1);
         let mut none = Some(schema.clone());
         assert_eq!(reasoning_room(None, &mut none, open), None);
         assert_eq!(none, Some(schema));
