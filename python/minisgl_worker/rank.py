@@ -13,7 +13,7 @@ from types import FrameType
 
 from .distributed import TPInfo, destroy_distributed, init_distributed
 from .distributed.ranks import rank_device, share_cores
-from .engine import Engine, EngineConfig
+from .engine import Engine, EngineConfig, KVMemoryError
 from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, follow, serve
 
@@ -32,13 +32,13 @@ def run_rank(args: argparse.Namespace, addr: str | None, rank: int,
         share_cores(device, per_host)
         assert addr is not None
         comm = init_distributed(info, addr, device)
-    engine = Engine(EngineConfig(
-        model_path=args.model, device=str(device), dtype=args.dtype, page_size=args.page_size,
-        max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
-        attention_backend=args.attention_backend, chunk_size=args.chunk_size,
-        cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
-        gemm=args.gemm, kv_cache_dtype=args.kv_cache_dtype,
-    ))
+    try:
+        engine = _engine(args, device)
+    except KVMemoryError as e:
+        if rank % per_host == 0:
+            raise  # this host's first rank: main() says it
+        print(f"minisgl_worker: error: rank {rank}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     scheduler = Scheduler(
         engine, chunk_size=args.chunk_size, prefix_cache=args.cache,
         policy=None if args.schedule_policy == "auto" else args.schedule_policy,
@@ -82,3 +82,13 @@ def _setup_logging(rank: int | None) -> None:
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)  # unwinds through `finally`, closing the socket
+
+
+def _engine(args: argparse.Namespace, device: object) -> Engine:
+    return Engine(EngineConfig(
+        model_path=args.model, device=str(device), dtype=args.dtype, page_size=args.page_size,
+        max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
+        attention_backend=args.attention_backend, chunk_size=args.chunk_size,
+        cuda_graph_max_bs=args.cuda_graph_max_bs, cuda_graph_max_tokens=args.cuda_graph_max_tokens,
+        gemm=args.gemm, kv_cache_dtype=args.kv_cache_dtype,
+    ))

@@ -119,5 +119,5 @@ def test_a_kv_cache_larger_than_memory_stops_the_start_with_one_line(tmp_path: P
     log = server.log_path.read_text()
     assert code != 0, log
     assert "minisgl_worker: error: --kv-tokens 1,000,000,000,000,000 needs " in log, log
-    assert "left for it in host memory: at most " in log, log
+    assert "left for it in host memory (available, shared by 1 rank(s)): at most " in log, log
     assert "Traceback" not in log, log

@@ -127,3 +127,23 @@ def _rank_settings(folder: str) -> None:
 def test_tp2_every_rank_schedules_with_rank_0_s_settings(tmp_path: Path) -> None:
     save_tiny_model(tmp_path)
     run_group(2, _rank_settings, str(tmp_path))
+
+
+def test_tp2_a_kv_cache_too_large_for_memory_is_one_line_per_rank_not_a_traceback(
+        tmp_path: Path) -> None:
+    """Every rank checks --kv-tokens against its share of host memory, and they agree before
+    raising, so no rank waits in a collective for one that failed; the spawned rank says
+    its error in one line and exits 2, rank 0's main() says its own."""
+    import subprocess
+    import sys
+
+    save_tiny_model(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "minisgl_worker", "--model", str(tmp_path), "--device", "cpu",
+         "--tp", "2", "--kv-tokens", str(10**15), "--listen", f"ipc://{tmp_path}/w.sock"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert ("minisgl_worker: error: --kv-tokens 1,000,000,000,000,000 needs "
+            in done.stderr), done.stderr[-3000:]
+    assert "shared by 2 rank(s)" in done.stderr, done.stderr[-3000:]

@@ -139,45 +139,63 @@ class Engine:
 
     def _num_pages(self) -> int:
         """KV pages on this rank; in a TP group, the fewest any rank can hold (every rank
-        runs the same batches)."""
-        pages = self._rank_pages()
+        runs the same batches). A rank with no room still joins that agreement, so that no
+        rank waits for it, and then every rank raises."""
+        try:
+            pages, error = self._rank_pages(), None
+        except KVMemoryError as e:
+            pages, error = 0, e
         if self.tp.size > 1:
             pages = get_comm().min_int(pages)
+        if error is not None:
+            raise error
+        if pages == 0:
+            raise KVMemoryError("another rank of this TP group has no room for the KV cache "
+                                "(its own error says why)")
         return pages
 
     def _rank_pages(self) -> int:
-        cfg, ps, sizes = self.rank_config, self.page_size, self.routes.sizes
+        cfg, ps = self.rank_config, self.page_size
         per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
                                               self.kv_dtype)
-        fraction = self.config.gpu_memory_fraction
-        if self.device.type == "cuda":
-            plan = plan_kv_memory(
-                self.model, cfg, self.backend_name, self.routes, self.dtype, self.device, ps,
-                self.config.chunk_size, sizes.decode[-1] if sizes.decode else 0,
-                sizes.pieces + sizes.mixed, self.max_running, fraction,
-            )
-            budget = plan.kv_bytes
-            logger.info(
-                "GPU memory: %.2f GiB in use before KV (weights ...), prefill peak %.2f GiB, "
-                "CUDA-graph reserve %.2f GiB -> KV %.2f GiB = %d tokens",
-                plan.weights_and_rest / 2**30, plan.prefill_peak / 2**30,
-                plan.graph_reserve / 2**30, budget / 2**30, max(budget, 0) // per_token,
-            )
-            where = (f"on {self.device} (gpu_memory_fraction {fraction} of the card, less the "
-                     "weights, activations, CUDA graphs and a 2 GiB margin)")
-        else:
-            budget, where = self.config.cpu_kv_bytes, "in host memory"
+        budget, free, where = self._kv_budget(per_token)
         if self.config.kv_tokens:
-            free = budget if self.device.type == "cuda" else available_ram()
             check_kv_fits(self.config.kv_tokens, per_token, free, where)
             return -(-self.config.kv_tokens // ps)
         # No point holding more than every running request at full context.
         tokens = min(budget // per_token, self.max_running * cfg.max_context)
         if tokens < ps:
             raise KVMemoryError(
-                f"no memory is left for the KV cache {where}: {max(budget, 0) / 2**30:.2f} GiB; "
-                "lower --chunk-size or --cuda-graph-max-bs")
+                f"no room for one page of KV cache ({ps} tokens) {where}: "
+                f"{max(budget, 0) / 2**30:.2f} GiB")
         return tokens // ps
+
+    def _kv_budget(self, per_token: int) -> tuple[int, int | None, str]:
+        """-> (the bytes the KV cache gets by default, the most an explicit --kv-tokens may
+        take (None: unknown), where that memory is, for errors)."""
+        if self.device.type != "cuda":
+            ram = available_ram()
+            shared = None if ram is None else ram // self.tp.size
+            return (self.config.cpu_kv_bytes, shared,
+                    f"in host memory (available, shared by {self.tp.size} rank(s))")
+        sizes, fraction = self.routes.sizes, self.config.gpu_memory_fraction
+        plan = plan_kv_memory(
+            self.model, self.rank_config, self.backend_name, self.routes, self.dtype,
+            self.device, self.page_size, self.config.chunk_size,
+            sizes.decode[-1] if sizes.decode else 0, sizes.pieces + sizes.mixed,
+            self.max_running, 1.0,
+        )
+        total = torch.cuda.mem_get_info(self.device)[1]
+        budget = plan.kv_bytes - int(total * (1 - fraction))  # the default's share of the card
+        logger.info(
+            "GPU memory: %.2f GiB in use before KV (weights, other processes ...), prefill peak "
+            "%.2f GiB, CUDA-graph reserve %.2f GiB -> KV %.2f GiB = %d tokens%s",
+            plan.weights_and_rest / 2**30, plan.prefill_peak / 2**30,
+            plan.graph_reserve / 2**30, budget / 2**30, max(budget, 0) // per_token,
+            f" (--kv-tokens {self.config.kv_tokens} asked)" if self.config.kv_tokens else "")
+        return budget, plan.kv_bytes, (
+            f"on {self.device} (the card less what is in use, this process's or others', the "
+            "activations, CUDA graphs and a 2 GiB margin)")
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -48,15 +49,23 @@ def check_kv_fits(tokens: int, per_token: int, free_bytes: int | None, where: st
 
 
 def available_ram() -> int | None:
-    """The host memory the kernel reports available (MemAvailable), or None."""
+    """The host memory the kernel reports available (MemAvailable), within this process's
+    cgroup (v2) limit when it has one, or None when neither can be read."""
+    found = []
     try:
         with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+            found += [int(line.split()[1]) * 1024 for line in f
+                      if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
         pass
-    return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            found.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
 
 
 class MemoryPlan(NamedTuple):
