@@ -96,22 +96,22 @@ def run_once(args: argparse.Namespace, model: str, reqs: list[ds.Request], rate:
     duration = max(r.end for r in records) - start
     result = summarize(records, duration, parse_goodput(args.goodput), count)
     if keep:
-        write_records(keep, args.label, rate, records, start)
+        write_records(keep, args.label, args.tag, rate, records, start)
     # How late the client sent each request against its schedule: a client that cannot keep
     # up shows here (with --max-concurrency, waiting for a free slot counts too).
     result["send_lag_ms"] = stats_ms([r.sent - start - t for t, r in zip(offsets, records)])
     return result
 
 
-def write_records(path: str, label: str, rate: float, records: list[RequestRecord],
-                  start: float) -> None:
+def write_records(path: str, label: str, tag: str, rate: float,
+                  records: list[RequestRecord], start: float) -> None:
     """One JSON line per request: when it was sent, its first token and its end (ms from
     the run's start), its prompt and output tokens, and its longest gap between tokens."""
     with open(path, "a") as f:
         for r in records:
             gaps = [b - a for a, b in zip(r.chunks, r.chunks[1:])]
             f.write(json.dumps({
-                "label": label, "rate": rate, "prompt": r.usage_prompt or r.prompt_len,
+                "label": label, "tag": tag, "rate": rate, "prompt": r.usage_prompt or r.prompt_len,
                 "output": r.usage_output, "sent_ms": round((r.sent - start) * 1e3, 2),
                 "first_ms": round((r.chunks[0] - start) * 1e3, 2) if r.chunks else None,
                 "end_ms": round((r.end - start) * 1e3, 2),
