@@ -178,15 +178,14 @@ class Engine:
             shared = None if ram is None else ram // self.tp.size
             return (self.config.cpu_kv_bytes, shared,
                     f"in host memory (available, shared by {self.tp.size} rank(s))")
-        sizes, fraction = self.routes.sizes, self.config.gpu_memory_fraction
+        sizes = self.routes.sizes
         plan = plan_kv_memory(
             self.model, self.rank_config, self.backend_name, self.routes, self.dtype,
             self.device, self.page_size, self.config.chunk_size,
             sizes.decode[-1] if sizes.decode else 0, sizes.pieces + sizes.mixed,
-            self.max_running, 1.0,
+            self.max_running,
         )
-        total = torch.cuda.mem_get_info(self.device)[1]
-        budget = plan.kv_bytes - int(total * (1 - fraction))  # the default's share of the card
+        budget = plan.within(self.config.gpu_memory_fraction)
         logger.info(
             "GPU memory: %.2f GiB in use before KV (weights, other processes ...), prefill peak "
             "%.2f GiB, CUDA-graph reserve %.2f GiB -> KV %.2f GiB = %d tokens%s",

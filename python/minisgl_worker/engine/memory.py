@@ -1,7 +1,7 @@
 """How many KV tokens fit on a GPU.
 
-The KV pool gets what is left of `gpu_memory_fraction` of the card after everything else
-the engine holds: the weights (already allocated when this runs), the activations of the
+The KV pool gets what is left of the card (`MemoryPlan.kv_bytes`; of `gpu_memory_fraction`
+of it by default, `MemoryPlan.within`) after everything else the engine holds: the weights (already allocated when this runs), the activations of the
 largest forward (a prefill of one full chunk, measured by running it once on a throwaway
 KV pool), the decode CUDA graphs (their memory pool holds the activations of the largest
 graph's batch, measured the same way, plus the sampler's (B, V) float32 temporaries), the
@@ -69,10 +69,15 @@ def available_ram() -> int | None:
 
 
 class MemoryPlan(NamedTuple):
-    kv_bytes: int
+    kv_bytes: int  # the most the KV pool can take: the card less all the rest
     prefill_peak: int
     graph_reserve: int
     weights_and_rest: int  # memory in use before the KV pool (weights, CUDA context, ...)
+    card_bytes: int
+
+    def within(self, fraction: float) -> int:
+        """The KV pool's bytes when the engine may hold only `fraction` of the card."""
+        return self.kv_bytes - int(self.card_bytes * (1 - fraction))
 
 
 @contextmanager
@@ -140,7 +145,7 @@ def profile_forward(
 def plan_kv_memory(
     model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable, dtype: torch.dtype,
     device: torch.device, page_size: int, chunk_size: int, graph_bs: int,
-    graph_sizes: list[int], max_running: int, fraction: float,
+    graph_sizes: list[int], max_running: int,
 ) -> MemoryPlan:
     prefill_tokens = min(chunk_size, cfg.max_context)
     prefill_peak = profile_forward(model, cfg, backend_name, routes, dtype, device, page_size,
@@ -158,6 +163,5 @@ def plan_kv_memory(
     free, total = torch.cuda.mem_get_info(device)
     in_use = total - free
     table_bytes = max_running * cfg.max_context * 4
-    kv_bytes = int(total * fraction) - in_use - prefill_peak - graph_reserve - table_bytes
-    kv_bytes -= MARGIN_BYTES
-    return MemoryPlan(kv_bytes, prefill_peak, graph_reserve, in_use)
+    kv_bytes = total - in_use - prefill_peak - graph_reserve - table_bytes - MARGIN_BYTES
+    return MemoryPlan(kv_bytes, prefill_peak, graph_reserve, in_use, total)
