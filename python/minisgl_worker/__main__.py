@@ -210,18 +210,14 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:  # before any rank starts: a model we cannot serve is one line, not a traceback
-        cfg = ModelConfig.from_hf(args.model)
+    try:  # a model we cannot serve, or a KV cache that does not fit: one line, no traceback
+        cfg = ModelConfig.from_hf(args.model)  # before any rank starts
         if args.load_format == "safetensors":
             check_checkpoint(Path(args.model), cfg)
-    except (ModelConfigError, CheckpointError) as e:
-        print(f"minisgl_worker: error: {e}", file=sys.stderr)
-        return 2
-    if args.parent_pid is not None:
-        _exit_when_orphaned(args.parent_pid)
-    try:
+        if args.parent_pid is not None:
+            _exit_when_orphaned(args.parent_pid)
         run_ranks(args)
-    except KVMemoryError as e:  # a size we were asked for, or the least one, does not fit
+    except (ModelConfigError, CheckpointError, KVMemoryError) as e:
         print(f"minisgl_worker: error: {e}", file=sys.stderr)
         return 2
     return 0
