@@ -11,7 +11,7 @@
 use crate::text::markers::{held_tail, split_at_marker};
 
 const START: &str = "<think>";
-const END: &str = "</think>";
+pub const END: &str = "</think>";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReasoningFormat {

@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use crate::text::reasoning::ReasoningFormat;
+use crate::text::reasoning::{self, ReasoningFormat};
 use crate::worker::protocol::{Constraint, ConstraintKind};
 
 /// How a chat choice's output is split, given the reasoning parser (if any), the request's
@@ -25,7 +25,7 @@ pub fn reasoning_room(
     prompt: &str,
 ) -> Option<ReasoningFormat> {
     let format = reasoning?;
-    if prompt.trim_end().ends_with("</think>") {
+    if prompt.trim_end().ends_with(reasoning::END) {
         return None;
     }
     let Some(given) = constraint.as_ref() else {
