@@ -74,6 +74,20 @@ def test_progress_bars_only_on_a_terminal() -> None:
     assert run_bar(stderr_is_tty=False) == ""
 
 
+def failed_start(tmp_path: Path, *args: str) -> str:
+    """Starts the router with `args`, which must fail -> its log (no traceback in it)."""
+    server = launch_router(tmp_path, *args)
+    try:
+        code = server.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        raise
+    log = server.log_path.read_text()
+    assert code != 0, log
+    assert "Traceback" not in log, log
+    return log
+
+
 @pytest.mark.parametrize(("breaks", "says"), [
     ("config", ("{folder}/config.json: model_type 'mixtral' is not supported (supported: "
      "llama, mistral, qwen2, qwen3)")),
@@ -96,28 +110,11 @@ def test_a_model_we_cannot_serve_stops_the_start_with_one_line_naming_the_field(
         del weights["model.norm.weight"]
     (folder / "config.json").write_text(json.dumps(config))
     save_file(weights, folder / "model.safetensors")
-    server = launch_router(tmp_path, "--model", str(folder))
-    try:
-        code = server.proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        raise
-    log = server.log_path.read_text()
-    assert code != 0, log
+    log = failed_start(tmp_path, "--model", str(folder))
     assert f"minisgl_worker: error: {says.format(folder=folder)}" in log, log
-    assert "Traceback" not in log, log
 
 
 def test_a_kv_cache_larger_than_memory_stops_the_start_with_one_line(tmp_path: Path) -> None:
-    server = launch_router(tmp_path, "--model", ensure_default_model(),
-                           "--kv-tokens", str(10**15))
-    try:
-        code = server.proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        raise
-    log = server.log_path.read_text()
-    assert code != 0, log
+    log = failed_start(tmp_path, "--model", ensure_default_model(), "--kv-tokens", str(10**15))
     assert "minisgl_worker: error: --kv-tokens 1,000,000,000,000,000 needs " in log, log
     assert "left for it in host memory (available, shared by 1 rank(s)): at most " in log, log
-    assert "Traceback" not in log, log
