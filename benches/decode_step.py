@@ -62,6 +62,13 @@ def decode_batch(llm: LLM, size: int, context: int, sampling: SamplingParams) ->
                  extend_lens=[1] * size, sample_reqs=reqs)
 
 
+def release(llm: LLM, batch: Batch) -> None:
+    """Give a decode_batch's slots and pages back."""
+    for req in batch.reqs:
+        llm.scheduler.cache.release(req)
+        llm.scheduler.table.free(req.table_idx)
+
+
 def attention_ms(llm: LLM, batch: Batch, route: Route, iters: int) -> float:
     """Every layer's attention of the decode step (the kernels `route` names, over the
     batch's KV; random queries), captured in one CUDA graph and replayed."""
@@ -153,15 +160,11 @@ def main() -> None:
             rows.append((Path(args.model).name, size, context, temp, graph_ms, sample_ms,
                          total_ms, (weight_bytes + kv_bytes) / total_ms / 1e9, attn_ms,
                          kv_bytes / attn_ms / 1e9))
-            for req in batch.reqs:  # give the slots and pages back
-                llm.scheduler.cache.release(req)
-                llm.scheduler.table.free(req.table_idx)
+            release(llm, batch)
     for size, context in cases if args.kernels else []:  # after every timing: the profiler
         batch = decode_batch(llm, size, context, SamplingParams(temperature=0.0))  # may linger
         kernels += kernel_table(llm, batch, args.iters, args.kernels)
-        for req in batch.reqs:
-            llm.scheduler.cache.release(req)
-            llm.scheduler.table.free(req.table_idx)
+        release(llm, batch)
     llm.shutdown()
     if kernels:
         print("\n".join(kernels))

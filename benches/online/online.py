@@ -109,7 +109,7 @@ def write_records(path: str, label: str, tag: str, rate: float,
     the run's start), its prompt and output tokens, and its longest gap between tokens."""
     with open(path, "a") as f:
         for r in records:
-            gaps = [b - a for a, b in zip(r.chunks, r.chunks[1:])]
+            gaps = r.itl
             f.write(json.dumps({
                 "label": label, "tag": tag, "rate": rate, "prompt": r.usage_prompt or r.prompt_len,
                 "output": r.usage_output, "sent_ms": round((r.sent - start) * 1e3, 2),
