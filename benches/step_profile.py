@@ -184,6 +184,8 @@ def main() -> None:
                    help="whole CUDA graphs for mixed steps of up to this many tokens "
                         "(EngineConfig.cuda_graph_mixed_tokens, engine/graphs/mixed.py); 0: none "
                         "(default: EngineConfig's)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
+                   help="EngineConfig.kv_cache_dtype: the model's dtype, or e4m3")
     p.add_argument("--profile-first", type=int, default=400, help="first step profiled")
     p.add_argument("--profile-steps", type=int, default=20, help="0: the timed run only")
     p.add_argument("--trace", help="write the profiled steps' Chrome trace here")
@@ -196,7 +198,7 @@ def main() -> None:
     llm = LLM(args.model, load_format="dummy", page_size=args.page_size,
               chunk_size=args.chunk_size, policy=args.policy,
               mixed_chunk_size=args.mixed_chunk_size, mixed_step_tokens=args.mixed_step_tokens,
-              **mixed_graph_option(args.mixed_graph_tokens))
+              kv_cache_dtype=args.kv_cache_dtype, **mixed_graph_option(args.mixed_graph_tokens))
     prompts, params = workload(256) if args.online is None else online_workload(args.online)
     llm.generate([[1, 2, 3]], SamplingParams(temperature=0.1, max_new_tokens=8))  # warm-up
     timer = StepTimer(llm)

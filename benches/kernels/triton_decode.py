@@ -162,9 +162,10 @@ def reference(q, k, v, indptr, indices, lens) -> torch.Tensor:
     return out
 
 
-def flashinfer_decode_ms(kv_lens: list[int], hq: int, split: bool) -> float:
-    """FlashInfer's tensor-core decode over one layer (KV split or not) as a CUDA-graph
-    replay, the batch padded to the engine's graph size with one-token rows."""
+def flashinfer_decode_ms(kv_lens: list[int], hq: int, split: bool,
+                         tensor_cores: bool = True) -> float:
+    """FlashInfer's decode (tensor-core or CUDA-core) over one layer (KV split or not) as a
+    CUDA-graph replay, the batch padded to the engine's graph size with one-token rows."""
     import flashinfer
     from minisgl_worker.engine.route import graph_batch_sizes
     from triton.testing import do_bench
@@ -177,7 +178,7 @@ def flashinfer_decode_ms(kv_lens: list[int], hq: int, split: bool) -> float:
                         device=dev)
     ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        ws, "NHD", use_cuda_graph=True, use_tensor_cores=True,
+        ws, "NHD", use_cuda_graph=True, use_tensor_cores=tensor_cores,
         paged_kv_indptr_buffer=torch.zeros_like(indptr),
         paged_kv_indices_buffer=torch.zeros_like(indices),
         paged_kv_last_page_len_buffer=torch.ones_like(last))
@@ -270,13 +271,41 @@ def bench_lengths(layout: str) -> None:
                   f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} |")
 
 
+def bench_small(layout: str) -> None:
+    """The small decode batches of light serving load (the decode graphs below WHOLE_KV_MIN_BS
+    run FlashInfer's tensor-core split-KV): the split Triton kernel at several chunk sizes
+    against FlashInfer's two decode kernels, one layer, each in a CUDA graph."""
+    from triton.testing import do_bench
+
+    hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+    print("| running x tokens | kernel | chunk | block | us | GB/s | error vs torch |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for bs, n in ((1, 1024), (4, 1024), (16, 1024), (4, 4096)):
+        kv_lens = [n] * bs
+        batch = paged_batch(kv_lens, hq, 8, 128, 16, torch.device("cuda"))
+        nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+        ref = reference(*batch)
+        for name, tc in (("FlashInfer tc-split", True), ("FlashInfer cuda-core split", False)):
+            ms = flashinfer_decode_ms(kv_lens, hq, split=True, tensor_cores=tc)
+            print(f"| {bs} x {n} | {name} | | | {1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | |")
+        for chunk, block_t in ((64, 64), (128, 64), (128, 128), (256, 128), (512, 128)):
+            t = TritonDecode(*batch, chunk=chunk, block_t=block_t, stages=2, max_len=n)
+            err = ((t.run().float() - ref).abs().max() / ref.abs().max()).item()
+            ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
+            print(f"| {bs} x {n} | Triton split + merge | {chunk} | {block_t} | "
+                  f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} | {err:.1e} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="correctness against torch only")
     p.add_argument("--layout", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-3.1-8b"])
     p.add_argument("--lengths", action="store_true", help="the ragged-lengths diagnostic")
+    p.add_argument("--small", action="store_true", help="small batches (light serving load)")
     args = p.parse_args()
-    if args.lengths:
+    if args.small:
+        bench_small(args.layout)
+    elif args.lengths:
         bench_lengths(args.layout)
     elif args.check:
         check(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
