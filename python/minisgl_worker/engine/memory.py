@@ -1,13 +1,13 @@
 """How many KV tokens fit on a GPU.
 
 The KV pool gets what is left of the card (`MemoryPlan.kv_bytes`; of `gpu_memory_fraction`
-of it by default, `MemoryPlan.within`) after everything else the engine holds: the weights (already allocated when this runs), the activations of the
-largest forward (a prefill of one full chunk, measured by running it once on a throwaway
-KV pool), the decode CUDA graphs (their memory pool holds the activations of the largest
-graph's batch, measured the same way, plus the sampler's (B, V) float32 temporaries), the
-piecewise graphs (the activations of their largest bucket, measured the same way, plus each
-bucket's final hidden states), the page table, and a fixed margin for the attention
-workspace, cuBLAS and fragmentation."""
+of it by default, `MemoryPlan.within`) after everything else the engine holds: the weights
+(already allocated when this runs), the activations of the largest forward (a prefill of
+one full chunk, measured by running it once on a throwaway KV pool), the decode CUDA graphs
+(their memory pool holds the activations of the largest graph's batch, measured the same
+way, plus the sampler's (B, V) float32 temporaries), the piecewise graphs (the activations
+of their largest bucket, measured the same way, plus each bucket's final hidden states),
+the page table, and a fixed margin for the attention workspace, cuBLAS and fragmentation."""
 
 from __future__ import annotations
 
