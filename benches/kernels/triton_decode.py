@@ -37,6 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import capture, workload_step
 
 BF16 = torch.bfloat16
+QUERY_HEADS = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}  # by layout; both have 8 KV heads of 128
+
+
+def kv_bytes(kv_lens: list[int]) -> int:
+    """The bf16 K and V the requests' 8 KV heads of 128 hold, one layer."""
+    return 2 * sum(kv_lens) * 8 * 128 * 2
 
 
 @triton.jit
@@ -213,9 +219,9 @@ def bench(layout: str) -> None:
     print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for step in (0, 400, 900):
         kv_lens = workload_step(step)
-        hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+        hq = QUERY_HEADS[layout]
         batch = paged_batch(kv_lens, hq, 8, 128, 16, dev)
-        nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+        nbytes = kv_bytes(kv_lens)
         q, k, v, indptr, indices, lens = batch
         some = list(range(0, len(kv_lens), max(1, len(kv_lens) // 8)))  # rows to check
         ref = torch.stack([reference(q[r : r + 1], k, v, indptr[r : r + 2], indices,
@@ -252,7 +258,7 @@ def bench_lengths(layout: str) -> None:
     to whole 128-token blocks, and at their mean for every request."""
     from triton.testing import do_bench
 
-    hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+    hq = QUERY_HEADS[layout]
     print("| step | running | lengths | mean tokens | us | GB/s |")
     print("| ---: | ---: | --- | ---: | ---: | ---: |")
     for step in (0, 400):
@@ -266,7 +272,7 @@ def bench_lengths(layout: str) -> None:
             t = TritonDecode(*batch, chunk=1 << 20, block_t=128, stages=2,
                              max_len=max(kv_lens), longest_first=True)
             ms = do_bench(capture(t.run).replay, warmup=10, rep=50, return_mode="median")
-            nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+            nbytes = kv_bytes(kv_lens)
             print(f"| {step} | {len(kv_lens)} | {name} | {sum(kv_lens) / len(kv_lens):.0f} | "
                   f"{1e3 * ms:.1f} | {nbytes / ms / 1e6:.0f} |")
 
@@ -277,13 +283,13 @@ def bench_small(layout: str) -> None:
     against FlashInfer's two decode kernels, one layer, each in a CUDA graph."""
     from triton.testing import do_bench
 
-    hq = {"qwen3-0.6b": 16, "llama-3.1-8b": 32}[layout]
+    hq = QUERY_HEADS[layout]
     print("| running x tokens | kernel | chunk | block | us | GB/s | error vs torch |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for bs, n in ((1, 1024), (4, 1024), (16, 1024), (4, 4096)):
         kv_lens = [n] * bs
         batch = paged_batch(kv_lens, hq, 8, 128, 16, torch.device("cuda"))
-        nbytes = 2 * sum(kv_lens) * 8 * 128 * 2
+        nbytes = kv_bytes(kv_lens)
         ref = reference(*batch)
         for name, tc in (("FlashInfer tc-split", True), ("FlashInfer cuda-core split", False)):
             ms = flashinfer_decode_ms(kv_lens, hq, split=True, tensor_cores=tc)
@@ -299,7 +305,7 @@ def bench_small(layout: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="correctness against torch only")
-    p.add_argument("--layout", default="qwen3-0.6b", choices=["qwen3-0.6b", "llama-3.1-8b"])
+    p.add_argument("--layout", default="qwen3-0.6b", choices=list(QUERY_HEADS))
     p.add_argument("--lengths", action="store_true", help="the ragged-lengths diagnostic")
     p.add_argument("--small", action="store_true", help="small batches (light serving load)")
     args = p.parse_args()
