@@ -80,6 +80,13 @@ class MemoryPlan(NamedTuple):
         return self.kv_bytes - int(self.card_bytes * (1 - fraction))
 
 
+def fresh_requests(tokens: int, max_len: int) -> list[int]:
+    """`tokens` prompt tokens as the extend lengths of fresh requests of at most `max_len`
+    each: a profiling forward of more tokens than the model's context then keeps every
+    position inside it (the RoPE table ends there)."""
+    return [max_len] * (tokens // max_len) + [tokens % max_len] * (tokens % max_len > 0)
+
+
 @contextmanager
 def scratch_forward(
     model: nn.Module, cfg: ModelConfig, backend_name: str, routes: RouteTable,
@@ -89,6 +96,7 @@ def scratch_forward(
     """A batch of fresh requests extending by `extend_lens` (token ids `input_ids`, default
     0) on a throwaway KV pool just big enough -> (the pool, a function that runs the batch's
     forward: logits of each last token). Everything is freed on exit."""
+    assert max(extend_lens) <= cfg.max_context, (max(extend_lens), cfg.max_context)
     pages = [-(-n // page_size) for n in extend_lens]
     pool = MHAKVPool(cfg.num_layers, sum(pages), page_size, cfg.num_kv_heads, cfg.head_dim,
                      dtype, device)
@@ -158,7 +166,8 @@ def plan_kv_memory(
     if graph_sizes:  # the piecewise buckets (piece_sizes); the largest is often the chunk
         top = max(graph_sizes)
         graph_reserve += prefill_peak if top == prefill_tokens else profile_forward(
-            model, cfg, backend_name, routes, dtype, device, page_size, [top])
+            model, cfg, backend_name, routes, dtype, device, page_size,
+            fresh_requests(top, cfg.max_context))
         graph_reserve += sum(graph_sizes) * cfg.hidden_size * dtype.itemsize
     free, total = torch.cuda.mem_get_info(device)
     in_use = total - free

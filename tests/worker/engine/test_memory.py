@@ -5,7 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
-from minisgl_worker.engine.memory import KVMemoryError, available_ram, check_kv_fits
+from minisgl_worker.engine.memory import (
+    KVMemoryError,
+    available_ram,
+    check_kv_fits,
+    fresh_requests,
+)
 
 
 def test_a_kv_cache_that_fits_passes() -> None:
@@ -29,3 +34,12 @@ def test_no_memory_left_says_none_fit() -> None:
 def test_available_ram_is_read_on_linux() -> None:
     ram = available_ram()
     assert ram is not None and 1 << 20 < ram < 1 << 50
+
+
+def test_a_profile_of_more_tokens_than_the_context_is_cut_into_requests_within_it() -> None:
+    """The piecewise graphs' largest bucket (8,192 tokens by default) is profiled as fresh
+    requests; one request of 8,192 tokens on a model of 512 positions read its RoPE table
+    past the end (an illegal memory access on the GPU)."""
+    assert fresh_requests(8192, 512) == [512] * 16
+    assert fresh_requests(1000, 512) == [512, 488]
+    assert fresh_requests(300, 40960) == [300]
