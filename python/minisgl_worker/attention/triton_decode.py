@@ -130,12 +130,19 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
 
 
 @triton.jit
+def split_chunk(kv_len, SPLITS: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The tokens of each split of a request's kv_len cut into SPLITS chunks of whole tiles
+    (the last splits hold none when the request has fewer tiles than SPLITS)."""
+    return tl.cdiv(tl.cdiv(kv_len, SPLITS), BLOCK_T) * BLOCK_T
+
+
+@triton.jit
 def split_range(kv_len, s, SPLITS: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Split s of a request's kv_len tokens cut into SPLITS chunks of whole tiles -> (start,
-    end); start >= end for the splits past the request's end."""
+    """Split s of a request's kv_len tokens -> (start, end); start >= end for the splits past
+    the request's end."""
     if SPLITS == 1:
         return 0, kv_len
-    chunk = tl.cdiv(tl.cdiv(kv_len, SPLITS), BLOCK_T) * BLOCK_T
+    chunk = split_chunk(kv_len, SPLITS, BLOCK_T)
     return s * chunk, tl.minimum((s + 1) * chunk, kv_len)
 
 
@@ -179,24 +186,28 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, indices_ptr, meta_ptr
 def _merge_kernel(part_ptr, out_ptr, meta_ptr, bs, HQ: tl.constexpr, D: tl.constexpr,
                   PAGE: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
                   PDL: tl.constexpr):
-    """One program per (request, query head): its splits' outputs weighted by their sums."""
+    """One program per (request, query head): the online softmax's combine over the splits
+    that hold the request's tokens (the first `used`; the rest wrote nothing)."""
     b = tl.program_id(0)
     hq = tl.program_id(1)
     num_pages = tl.load(meta_ptr + b + 1) - tl.load(meta_ptr + b)
     kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
-    s = tl.arange(0, SPLITS)
-    start, end = split_range(kv_len, s, SPLITS, BLOCK_T)
-    used = start < end
+    used = tl.cdiv(kv_len, split_chunk(kv_len, SPLITS, BLOCK_T))
     if PDL:
         tl.extra.cuda.gdc_wait()
-    at = ((b * SPLITS + s) * HQ + hq) * (D + 2)
-    m = tl.load(part_ptr + at + D, mask=used, other=float("-inf"))
-    w = tl.where(used, tl.math.exp2(m - tl.max(m, 0)), 0.0)
-    l_sum = tl.sum(tl.load(part_ptr + at + D + 1, mask=used, other=0.0) * w, 0)
     d = tl.arange(0, D)
-    acc = tl.load(part_ptr + at[:, None] + d[None, :], mask=used[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], 0) / l_sum
-    tl.store(out_ptr + (b * HQ + hq) * D + d, o.to(out_ptr.dtype.element_ty))
+    m = float("-inf")
+    l_sum = 0.0
+    o = tl.zeros((D,), tl.float32)
+    for s in range(used):
+        at = ((b * SPLITS + s) * HQ + hq) * (D + 2)
+        m_s = tl.load(part_ptr + at + D)
+        m_new = tl.maximum(m, m_s)
+        alpha, w = tl.math.exp2(m - m_new), tl.math.exp2(m_s - m_new)
+        l_sum = l_sum * alpha + tl.load(part_ptr + at + D + 1) * w
+        o = o * alpha + tl.load(part_ptr + at + d) * w
+        m = m_new
+    tl.store(out_ptr + (b * HQ + hq) * D + d, (o / l_sum).to(out_ptr.dtype.element_ty))
 
 
 def supports(head_dim: int) -> bool:
