@@ -11,9 +11,7 @@ Prints the bytes a step must read (weights + KV) over the time, and the KV bytes
 attention's time: the achieved share of ~4.3 TB/s. `--kv-cache-dtype fp8_e4m3` runs the
 same over an FP8 KV cache (half the KV bytes of bf16). `--kernels N` also lists, for each
 case, the N kernels the greedy graph forward spends most GPU time in (torch.profiler over
-`iters` replays): where a small batch's step goes beyond its weight reads.
-`--flashinfer-split` runs the decode graphs' split-KV attention on FlashInfer's kernel at
-every size (the A/B against our Triton kernel split, the default below 32 requests)."""
+`iters` replays): where a small batch's step goes beyond its weight reads."""
 
 from __future__ import annotations
 
@@ -133,21 +131,6 @@ def time_case(llm: LLM, batch: Batch, iters: int) -> tuple[float, float, float, 
     return graph_ms, sample_ms, total_ms, attn_ms
 
 
-def flashinfer_split_everywhere() -> None:
-    """Engines built after this capture no Triton split-KV decode graphs (route.py)."""
-    import dataclasses
-
-    from minisgl_worker.engine import engine as engine_module
-
-    build = engine_module.build_table
-
-    def without_triton_split(*args: object, **kwargs: object) -> object:
-        table = build(*args, **kwargs)  # type: ignore[arg-type]
-        return dataclasses.replace(table, sizes=dataclasses.replace(table.sizes, triton_split=[]))
-
-    engine_module.build_table = without_triton_split  # type: ignore[assignment]
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="benches/models/qwen3-0.6b")
@@ -156,11 +139,7 @@ def main() -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
     p.add_argument("--kernels", type=int, default=0, metavar="N",
                    help="list each case's N costliest kernels (0: none)")
-    p.add_argument("--flashinfer-split", action="store_true",
-                   help="split-KV decode graphs on FlashInfer's kernel at every size")
     args = p.parse_args()
-    if args.flashinfer_split:
-        flashinfer_split_everywhere()
     logging.basicConfig(level=logging.WARNING)
     cases = [tuple(map(int, case.split("x"))) for case in args.cases.split(",")]
     # Decode graphs up to the largest batch, whatever the GPU's default (128 on an H100).
@@ -189,8 +168,7 @@ def main() -> None:
     llm.shutdown()
     if kernels:
         print("\n".join(kernels))
-    print(f"KV cache: {kv_name}; small batches' split-KV: "
-          f"{'FlashInfer' if args.flashinfer_split else 'Triton'}")
+    print(f"KV cache: {kv_name}")
     print("| model | batch | context | temperature | graph fwd ms | sampler ms | "
           "forward_batch ms | TB/s (weights + KV) | attention ms (all layers) | "
           "TB/s (KV) |")

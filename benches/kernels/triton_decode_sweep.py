@@ -4,7 +4,7 @@ FlashInfer's decode read that KV faster?
 For each KV dtype (bf16, and FP8 e4m3 holding value / scale) and each shape (batch x
 context, every request at that context; Llama-3.1-8B's layout by default: 32 query heads,
 8 KV heads, head dim 128, page 16), times the engine's kernel (attention/triton_decode.py's
-TritonDecode, launched as the engine launches it) at every Launch of the grid, and
+WholeKVDecode, launched as the engine launches it) at every Launch of the grid, and
 FlashInfer's BatchDecodeWithPagedKVCacheWrapper over the same KV: tensor cores with the KV
 whole and split (the engine's wrappers), and CUDA cores. The batch is padded to the engine's
 decode-graph size with one-token rows. Each kernel runs in one CUDA graph over as many layers
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from minisgl_worker.attention.triton_decode import LAUNCH, Launch, TritonDecode
+from minisgl_worker.attention.triton_decode import LAUNCH, Launch, WholeKVDecode
 from minisgl_worker.engine.route import graph_batch_sizes
 from minisgl_worker.kvcache.quant import FP8, from_cache, to_cache
 from triton.runtime.errors import OutOfResources
@@ -123,7 +123,7 @@ def reference(pool: Pool, rows: list[int]) -> torch.Tensor:
 def triton_kernel(pool: Pool, launch: Launch):
     """-> (run layer l, its output): the engine's whole-KV kernel at `launch`."""
     hq, d = pool.q.shape[1:]
-    attn = TritonDecode(pool.q.shape[0], hq, pool.k.shape[3], d, pool.k.shape[2], d**-0.5,
+    attn = WholeKVDecode(pool.q.shape[0], hq, pool.k.shape[3], d, pool.k.shape[2], d**-0.5,
                          pool.indices, launch)
     attn.plan(pool.indptr, pool.last)
     out = torch.empty_like(pool.q)

@@ -26,8 +26,6 @@ from .paged import (
     rel_err,
 )
 
-GRAPH_DECODES = ["flashinfer-split", "triton-split", "whole-kv"]  # a decode graph's attention
-
 pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda")
 BF16 = torch.bfloat16
@@ -128,24 +126,21 @@ def test_decode_matches_reference(layout: str, page_size: int) -> None:
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("variant", GRAPH_DECODES)
+@pytest.mark.parametrize("split_kv", [True, False])
 def test_decode_cuda_graph_replay_matches_eager(layout: str, page_size: int,
-                                               variant: str) -> None:
-    """Captured once with short lengths, replayed with longer ones: FlashInfer's split-KV
-    wrapper, our Triton kernel split (attention/triton_decode.py, the small batches' default),
-    or whole (no split, no merge, longest request first); checked against the reference and
-    against FlashInfer eager."""
+                                               split_kv: bool) -> None:
+    """Captured once with short lengths, replayed with longer ones; split_kv=False: the
+    whole-KV variant (our Triton kernel, attention/triton_decode.py: no split, no merge,
+    longest request first), checked against the reference and against FlashInfer eager."""
     hq, hkv, d = LAYOUTS[layout]
     bs, max_len = 16, 2048
     num_pages = bs * (max_len // page_size) + 8
     k_cache, v_cache = _caches(num_pages, page_size, hkv, d)
     attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV)
-    if variant != "flashinfer-split" and not attn.use_tensor_cores:
-        pytest.skip("the Triton kernel takes tensor-core layouts only")
-    split_kv = variant != "whole-kv"
+    if not split_kv and not attn.use_tensor_cores:
+        pytest.skip("CUDA-core decode always splits in graphs")
     attn.init_cuda_graphs([1, 8, bs], max_num_pages=num_pages,
-                          whole_kv_sizes=[bs] if variant == "whole-kv" else [],
-                          triton_split_sizes=[bs] if variant == "triton-split" else [])
+                          whole_kv_sizes=[] if split_kv else [bs])
 
     def plan_random(longest: int) -> PagedBatch:
         lens = torch.randint(1, longest + 1, (bs,)).tolist()

@@ -143,20 +143,18 @@ def test_eager_kernels_read_fp8(layout: str, page_size: int, case: str) -> None:
     _check_against_references(label, out, q, caches, batch.meta, page_size)
 
 
-@pytest.mark.parametrize("variant", ["flashinfer-split", "triton-split", "whole-kv"])
+@pytest.mark.parametrize("split_kv", [True, False], ids=["split-kv", "whole-kv"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_decode_graph_replay_reads_fp8(layout: str, variant: str) -> None:
+def test_decode_graph_replay_reads_fp8(layout: str, split_kv: bool) -> None:
     """Captured with short lengths, replayed with longer ones: FlashInfer's split-KV graph
-    wrapper, or the Triton kernel split or whole."""
+    wrapper, or the whole-KV Triton kernel."""
     hq, hkv, d = LAYOUTS[layout]
     bs, page_size, max_len = 40, 16, 2048
     num_pages = bs * (max_len // page_size) + 8
     caches = _fp8_caches(num_pages, page_size, hkv, d)
     attn = FlashInferPagedAttention(hq, hkv, d, page_size, BF16, DEV, kv_dtype=FP8)
-    split_kv = variant != "whole-kv"
     attn.init_cuda_graphs([8, bs], max_num_pages=num_pages,
-                          whole_kv_sizes=[bs] if variant == "whole-kv" else [],
-                          triton_split_sizes=[bs] if variant == "triton-split" else [])
+                          whole_kv_sizes=[] if split_kv else [bs])
 
     def plan_random(longest: int) -> PagedBatch:
         lens = torch.randint(1, longest + 1, (bs,)).tolist()
@@ -177,7 +175,7 @@ def test_decode_graph_replay_reads_fp8(layout: str, variant: str) -> None:
         q_static.copy_(_rand(bs, hq, d))
         out_static.fill_(float("nan"))
         graph.replay()
-        label = f"{layout} decode graph {variant} to {longest}"
+        label = f"{layout} decode graph {'split-KV' if split_kv else 'whole-KV'} to {longest}"
         _check_against_references(label, out_static.clone(), q_static, caches, batch.meta,
                                   page_size)
 

@@ -60,12 +60,10 @@ class BaseAttnBackend(ABC):
 class GraphAttnBackend(BaseAttnBackend):
     @abstractmethod
     def init_capture_graph(self, decode_sizes: list[int], whole_kv_sizes: list[int],
-                           mixed_sizes: list[int], max_pages_per_req: int,
-                           triton_split_sizes: list[int] | None = None) -> None:
+                           mixed_sizes: list[int], max_pages_per_req: int) -> None:
         """Build the fixed buffers and plans of the graphs the engine will capture: decode
-        graphs at `decode_sizes` (the whole-KV variant too at `whole_kv_sizes`; their
-        split-KV variant on the Triton kernel at `triton_split_sizes`) and mixed graphs at
-        `mixed_sizes` rows; a request references at most `max_pages_per_req`."""
+        graphs at `decode_sizes` (the whole-KV variant too at `whole_kv_sizes`) and mixed
+        graphs at `mixed_sizes` rows; a request references at most `max_pages_per_req`."""
 
     @abstractmethod
     def prepare_for_capture(self, batch: Batch, route: Route,

@@ -42,11 +42,10 @@ class FlashInferBackend(GraphAttnBackend):
         self._graph_break: GraphBreak | None = None  # capturing piecewise graphs
 
     def init_capture_graph(self, decode_sizes: list[int], whole_kv_sizes: list[int],
-                           mixed_sizes: list[int], max_pages_per_req: int,
-                           triton_split_sizes: list[int] | None = None) -> None:
+                           mixed_sizes: list[int], max_pages_per_req: int) -> None:
         if decode_sizes:
             self.attn.init_cuda_graphs(decode_sizes, max(decode_sizes) * max_pages_per_req,
-                                       whole_kv_sizes, triton_split_sizes or [])
+                                       whole_kv_sizes)
         if mixed_sizes:
             self.mixed_graph = MixedGraphAttention(self.attn, self.page_table, mixed_sizes,
                                                    self.kv_pool.dummy_page, max_pages_per_req)

@@ -17,8 +17,6 @@ padded batch size, and `plan_cuda_graph` is called before capture and before eve
 A graph's split-KV choice is fixed at capture (in graph mode FlashInfer always splits, then
 merges), so the sizes in `whole_kv_sizes` get a second variant that reads each request's KV
 in one piece: our Triton kernel (triton_decode.py), which starts the longest requests first.
-At `triton_split_sizes` (the small batches) the split-KV variant is that kernel too, split
-into chunks and merged, which reads a layer faster than FlashInfer's there.
 
 The KV caches may hold FP8 (e4m3, `kv_dtype`) with the query in bf16/fp16: every kernel
 here reads it (FlashInfer's FA2 and decode kernels upcast it; FA3 would need an FP8 query,
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     from flashinfer import BatchDecodeWithPagedKVCacheWrapper
     from flashinfer.jit import JitSpec
 
-    from .triton_decode import TritonDecode
+    from .triton_decode import WholeKVDecode
 
 PrefillBackend = Literal["auto", "fa2", "fa3"]
 
@@ -111,7 +109,7 @@ class FlashInferPagedAttention:
                 self._mixed_fa2 = ws.share(flashinfer.BatchPrefillWithPagedKVCacheWrapper(
                     ws.float_ws, kv_layout, backend="fa2"))
         self._graphs: dict[int, BatchDecodeWithPagedKVCacheWrapper] = {}  # split-KV
-        self._triton: dict[tuple[int, bool], TritonDecode] = {}  # by (batch size, split_kv)
+        self._whole_kv: dict[int, WholeKVDecode] = {}
         self._graph_bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._active: Any = None
         self._num_decode_rows = 0  # > 0: DECODE_THEN_PREFILL, `_mixed_decode` runs these rows
@@ -213,19 +211,17 @@ class FlashInferPagedAttention:
         return out
 
     def init_cuda_graphs(
-        self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = (),
-        triton_split_sizes: Sequence[int] = (),
-    ) -> None:
-        """A split-KV decode per padded batch size (FlashInfer's wrapper, or at
-        `triton_split_sizes` our Triton kernel split) and a whole-KV one (the Triton kernel)
-        per size in `whole_kv_sizes`, all reading one set of fixed buffers (`max_num_pages`:
-        the most pages a padded decode batch can reference)."""
-        from .triton_decode import TritonDecode, splits_for
+        self, batch_sizes: Sequence[int], max_num_pages: int, whole_kv_sizes: Sequence[int] = ()
+    ) -> list[tuple[int, bool]]:
+        """One decode wrapper per padded batch size, plus a whole-KV variant (no split; the
+        Triton kernel) per size in `whole_kv_sizes` (tensor-core layouts only), all reading
+        one set of fixed buffers (`max_num_pages`: the most pages a padded decode batch can
+        reference) -> their (batch size, split_kv) pairs, ascending."""
+        from .triton_decode import WholeKVDecode
 
-        assert not self._graphs and not self._triton, "CUDA-graph decodes already built"
-        triton = set(whole_kv_sizes) | set(triton_split_sizes)
-        assert triton <= set(batch_sizes), (whole_kv_sizes, triton_split_sizes, batch_sizes)
-        assert self.use_tensor_cores or not triton, "the Triton kernel needs tensor-core layouts"
+        assert not self._graphs, "CUDA-graph wrappers already built"
+        assert set(whole_kv_sizes) <= set(batch_sizes), (whole_kv_sizes, batch_sizes)
+        assert self.use_tensor_cores or not whole_kv_sizes, "CUDA-core decode always splits"
         max_bs = max(batch_sizes)
         self._graph_bufs = (
             torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
@@ -233,19 +229,17 @@ class FlashInferPagedAttention:
             torch.ones(max_bs, dtype=torch.int32, device=self.device),
         )
         indptr, indices, last_page_len = self._graph_bufs
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        heads = (self.num_qo_heads, self.num_kv_heads, self.head_dim, self.page_size,
-                 self.sm_scale, indices)
         for bs in batch_sizes:
-            if bs in triton_split_sizes:
-                splits = splits_for(bs, self.num_kv_heads, sms)
-                self._triton[bs, True] = TritonDecode(bs, *heads, splits=splits)
-            else:
-                self._graphs[bs] = self._new_decode_wrapper(
-                    paged_kv_indptr_buffer=indptr[: bs + 1], paged_kv_indices_buffer=indices,
-                    paged_kv_last_page_len_buffer=last_page_len[:bs])
+            self._graphs[bs] = self._new_decode_wrapper(
+                paged_kv_indptr_buffer=indptr[: bs + 1],
+                paged_kv_indices_buffer=indices,
+                paged_kv_last_page_len_buffer=last_page_len[:bs],
+            )
         for bs in whole_kv_sizes:
-            self._triton[bs, False] = TritonDecode(bs, *heads)
+            self._whole_kv[bs] = WholeKVDecode(bs, self.num_qo_heads, self.num_kv_heads,
+                                               self.head_dim, self.page_size, self.sm_scale,
+                                               indices)
+        return sorted({(bs, True) for bs in batch_sizes} | {(bs, False) for bs in whole_kv_sizes})
 
     def graph_page_ids(self, n: int | None = None) -> torch.Tensor:
         """The first n entries (None: all) of the page-id buffer every decode graph reads:
@@ -254,27 +248,29 @@ class FlashInferPagedAttention:
         assert self._graph_bufs is not None, "init_cuda_graphs first"
         return self._graph_bufs[1][:n]
 
+    def has_whole_kv_graph(self, batch_size: int) -> bool:
+        return batch_size in self._whole_kv
+
     def plan_cuda_graph(
         self, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
         split_kv: bool = True,
     ) -> None:
-        """Plan a decode batch padded to a size given to `init_cuda_graphs` (padding requests
-        point at any valid page with length 1), before capturing that size and before every
-        replay of it: `run` then uses that size's split-KV decode (else its whole-KV one)."""
+        """Plan a decode batch padded to a size given to `init_cuda_graphs` (padding
+        requests point at any valid page with length 1). Call before capturing that size and
+        before every replay of it; `run` then uses that size's wrapper (the whole-KV kernel
+        when not `split_kv`)."""
         bs = kv_last_page_len.numel()
         with self.workspace.planning():
             self._num_decode_rows = 0
-            triton = self._triton.get((bs, split_kv))
-            if triton is None:
-                assert split_kv, f"no whole-KV variant at batch size {bs}"
+            if split_kv:
                 self._plan_decode(self._graphs[bs], kv_indptr, kv_indices, kv_last_page_len)
-                return
-            assert self._graph_bufs is not None
-            buf = self._graph_bufs[1][: kv_indices.numel()]
-            if buf.data_ptr() != kv_indices.data_ptr():  # else filled in place already
-                buf.copy_(kv_indices, non_blocking=True)
-            triton.plan(kv_indptr, kv_last_page_len)
-            self._active = triton
+            else:
+                assert self._graph_bufs is not None
+                buf = self._graph_bufs[1][: kv_indices.numel()]
+                if buf.data_ptr() != kv_indices.data_ptr():  # else filled in place already
+                    buf.copy_(kv_indices, non_blocking=True)
+                self._whole_kv[bs].plan(kv_indptr, kv_last_page_len)
+                self._active = self._whole_kv[bs]
 
     def jit_specs(self) -> list[JitSpec]:
         """The FlashInfer JIT modules this configuration uses (for flashinfer_jit.build_jit)."""

@@ -1,19 +1,15 @@
-"""Paged decode attention in Triton, for the decode CUDA graphs.
+"""Whole-KV paged decode attention in Triton, for the decode CUDA graphs of large batches.
 
-One program per (request, KV head, split) reads that head's K and V in BLOCK_T-token tiles
-gathered through the page ids, holds its whole GQA group, and keeps an online softmax.
-Large batches read each request's KV whole (one split: no merge kernel); programs start with
-the longest request (`order`, sorted on the host at plan time), so the long ones do not run
-alone at the end of the kernel. Small batches cut each request's KV into `splits_for` chunks
-of whole tiles so that every SM has programs, and a second kernel merges the chunks.
+One program per (request, KV head) reads that head's K and V in BLOCK_T-token tiles gathered
+through the page ids, holds its whole GQA group, and keeps an online softmax: no split, so
+no merge kernel. Programs start with the longest request (`order`, sorted on the host at
+plan time), so the long ones do not run alone at the end of the kernel.
 
 Against FlashInfer's tensor-core whole-KV decode, replayed in CUDA graphs at the offline
 workload's steps (Qwen3-0.6B's layout, page 16; benches/kernels/triton_decode.py):
 3.77 vs 3.61 TB/s at 256 requests, 3.73 vs 3.65 at 153, and 75.6 vs 87.5 us (FlashInfer
 split-KV) at 37. A read-only kernel over the same pages reaches ~4.1 TB/s
-(benches/kernels/read_floor.py). Split, at small batches (Llama-3.1-8B's layout, one layer, an
-H100; `triton_decode.py --small`): 18.8 vs 22.8 us at 4 x 1,024 tokens, 12.2 vs 17.0 at one
-request, 41.8 vs 45.2 at 16.
+(benches/kernels/read_floor.py).
 
 An FP8 pool's tiles are upcast to the query's dtype as they are loaded (e4m3 -> bf16 is
 exact), its K scale folded into the softmax scale and its V scale applied to the output.
@@ -129,36 +125,18 @@ def store_output(out_ptr, acc, l_i, b, heads, rows, HQ: tl.constexpr, D: tl.cons
              (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=rows[:, None])
 
 
-@triton.jit
-def split_chunk(kv_len, SPLITS: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The tokens of each split of a request's kv_len cut into SPLITS chunks of whole tiles
-    (the last splits hold none when the request has fewer tiles than SPLITS)."""
-    return tl.cdiv(tl.cdiv(kv_len, SPLITS), BLOCK_T) * BLOCK_T
-
-
-@triton.jit
-def split_range(kv_len, s, SPLITS: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Split s of a request's kv_len tokens -> (start, end); start >= end for the splits past
-    the request's end."""
-    if SPLITS == 1:
-        return 0, kv_len
-    chunk = split_chunk(kv_len, SPLITS, BLOCK_T)
-    return s * chunk, tl.minimum((s + 1) * chunk, kv_len)
-
-
 @triton.jit(do_not_specialize=["bs"])  # one compile for every batch size
-def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, indices_ptr, meta_ptr, scale_log2,
-                   v_scale, q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
+def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, indices_ptr, meta_ptr, scale_log2, v_scale,
+                   q_stride_t, q_stride_h, bs, HKV: tl.constexpr,
                    GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, BLOCK_T: tl.constexpr, PDL: tl.constexpr,
-                   FP16_DOTS: tl.constexpr, SPLITS: tl.constexpr):
+                   FP16_DOTS: tl.constexpr):
     # meta: indptr (bs + 1), last page lengths (bs), order (bs), one int32 buffer.
     b = tl.load(meta_ptr + 2 * bs + 1 + tl.program_id(0))
     h = tl.program_id(1)
     first_page = tl.load(meta_ptr + b)
     num_pages = tl.load(meta_ptr + b + 1) - first_page
     kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
-    start, end = split_range(kv_len, tl.program_id(2), SPLITS, BLOCK_T)
     if PDL:  # the plan was ready before the step; q and the new k, v come from the
         tl.extra.cuda.gdc_wait()  # previous kernel (the RoPE + KV store)
     q, heads, rows = load_query_group(q_ptr, b, h, q_stride_t, q_stride_h, GROUP, GP, D)
@@ -166,48 +144,13 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, part_ptr, indices_ptr, meta_ptr
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     d = tl.arange(0, D)
     m_i, l_i, acc = softmax_init(GP, D)
-    for t0 in range(start, end, BLOCK_T):
+    for t0 in range(0, kv_len, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        valid = t < end
+        valid = t < kv_len
         k, v = gather_tile(k_ptr, v_ptr, indices_ptr, first_page, t, valid, h, d, HKV, D, PAGE)
         k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the pool is FP8
         m_i, l_i, acc = online_softmax_step(q, k, v, valid, scale_log2, m_i, l_i, acc)
-    if SPLITS == 1:
-        store_output(out_ptr, acc * v_scale, l_i, b, heads, rows, HKV * GROUP, D)
-    else:  # this split's unnormalized output, running max and sum, for _merge_kernel
-        keep = rows & (start + heads * 0 < end)  # a tensor compare, for the mask's dtype
-        at = ((b * SPLITS + tl.program_id(2)) * HKV * GROUP + heads) * (D + 2)
-        tl.store(part_ptr + at[:, None] + d[None, :], acc * v_scale, mask=keep[:, None])
-        tl.store(part_ptr + at + D, m_i, mask=keep)
-        tl.store(part_ptr + at + D + 1, l_i, mask=keep)
-
-
-@triton.jit(do_not_specialize=["bs"])
-def _merge_kernel(part_ptr, out_ptr, meta_ptr, bs, HQ: tl.constexpr, D: tl.constexpr,
-                  PAGE: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                  PDL: tl.constexpr):
-    """One program per (request, query head): the online softmax's combine over the splits
-    that hold the request's tokens (the first `used`; the rest wrote nothing)."""
-    b = tl.program_id(0)
-    hq = tl.program_id(1)
-    num_pages = tl.load(meta_ptr + b + 1) - tl.load(meta_ptr + b)
-    kv_len = (num_pages - 1) * PAGE + tl.load(meta_ptr + bs + 1 + b)
-    used = tl.cdiv(kv_len, split_chunk(kv_len, SPLITS, BLOCK_T))
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    d = tl.arange(0, D)
-    m = float("-inf")
-    l_sum = 0.0
-    o = tl.zeros((D,), tl.float32)
-    for s in range(used):
-        at = ((b * SPLITS + s) * HQ + hq) * (D + 2)
-        m_s = tl.load(part_ptr + at + D)
-        m_new = tl.maximum(m, m_s)
-        alpha, w = tl.math.exp2(m - m_new), tl.math.exp2(m_s - m_new)
-        l_sum = l_sum * alpha + tl.load(part_ptr + at + D + 1) * w
-        o = o * alpha + tl.load(part_ptr + at + d) * w
-        m = m_new
-    tl.store(out_ptr + (b * HQ + hq) * D + d, (o / l_sum).to(out_ptr.dtype.element_ty))
+    store_output(out_ptr, acc * v_scale, l_i, b, heads, rows, HKV * GROUP, D)
 
 
 def supports(head_dim: int) -> bool:
@@ -215,41 +158,21 @@ def supports(head_dim: int) -> bool:
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0
 
 
-MAX_SPLITS = 32  # a power of two (the merge's tile); past it, chunks grow instead
-
-
-def splits_for(batch_size: int, num_kv_heads: int, num_sms: int) -> int:
-    """KV splits a request for a decode batch of `batch_size`: the fewest (a power of two, up
-    to MAX_SPLITS) that give every SM two (request, KV head, split) programs; 1 (whole KV)
-    once the batch alone does."""
-    splits = 1
-    while splits < MAX_SPLITS and batch_size * num_kv_heads * splits < 2 * num_sms:
-        splits *= 2
-    return splits
-
-
-class TritonDecode:
+class WholeKVDecode:
     """The kernel's fixed buffers for decode batches of exactly `batch_size` rows: `plan`
     (host, before capture and before every replay) fills them, `run` (capturable) attends.
-    `indices` is the device buffer of page ids that the caller fills. `splits` (a power of
-    two): 1 reads each request's KV whole (large batches fill the GPU so); more cut it into
-    as many chunks of whole tiles, each its own program, merged by a second kernel (small
-    batches: `splits_for`). `launch`: the kernel's constants (benches sweep them); None:
-    LAUNCH's entry for the KV pool's dtype."""
+    `indices` is the device buffer of page ids that the caller fills. `launch`: the kernel's
+    constants (benches sweep them); None: LAUNCH's entry for the KV pool's dtype."""
 
     def __init__(self, batch_size: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
                  page_size: int, sm_scale: float, indices: torch.Tensor,
-                 launch: Launch | None = None, splits: int = 1) -> None:
+                 launch: Launch | None = None) -> None:
         assert num_qo_heads % num_kv_heads == 0, (num_qo_heads, num_kv_heads)
         assert supports(head_dim), f"head_dim {head_dim} is not a power of 2 >= 16"
-        assert 1 <= splits <= MAX_SPLITS and splits & (splits - 1) == 0, splits
         self.bs, self.hq, self.hkv, self.d = batch_size, num_qo_heads, num_kv_heads, head_dim
         self.page_size, self.indices, self.launch = page_size, indices, launch
-        self.splits, self.scale_log2 = splits, sm_scale * LOG2E
+        self.scale_log2 = sm_scale * LOG2E
         self._meta = torch.empty(3 * batch_size + 1, dtype=torch.int32, device=indices.device)
-        # Per (request, split, query head): the unnormalized output, the running max, the sum.
-        self._part = torch.empty(batch_size * splits * num_qo_heads * (head_dim + 2) if
-                                 splits > 1 else 1, dtype=torch.float32, device=indices.device)
 
     def plan(self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor) -> None:
         """The padded batch's int32 metadata, from host tensors, into the graphs' buffer
@@ -278,16 +201,12 @@ class TritonDecode:
         group, pdl = self.hq // self.hkv, launches_pdl(q.device)
         launch = self.launch or LAUNCH[k_cache.dtype]
         assert k_cache.dtype == torch.float8_e4m3fn or not launch.fp16_dots, launch
-        pdl_kw = {"launch_pdl": True} if pdl else {}
-        _decode_kernel[(self.bs, self.hkv, self.splits)](
-            q, k_cache, v_cache, out, self._part, self.indices, self._meta,
-            self.scale_log2 * k_scale, v_scale, q.stride(0), q.stride(1), self.bs, HKV=self.hkv,
-            GROUP=group, GP=max(16, triton.next_power_of_2(group)), D=self.d,
-            PAGE=self.page_size, BLOCK_T=launch.block_t, PDL=pdl, num_warps=launch.num_warps,
-            num_stages=launch.num_stages, FP16_DOTS=launch.fp16_dots, SPLITS=self.splits,
-            **pdl_kw, **({"maxnreg": launch.max_registers} if launch.max_registers else {}))
-        if self.splits > 1:
-            _merge_kernel[(self.bs, self.hq)](
-                self._part, out, self._meta, self.bs, HQ=self.hq, D=self.d, PAGE=self.page_size,
-                BLOCK_T=launch.block_t, SPLITS=self.splits, PDL=pdl, num_warps=4, **pdl_kw)
+        _decode_kernel[(self.bs, self.hkv)](
+            q, k_cache, v_cache, out, self.indices, self._meta, self.scale_log2 * k_scale,
+            v_scale, q.stride(0), q.stride(1), self.bs, HKV=self.hkv, GROUP=group,
+            GP=max(16, triton.next_power_of_2(group)), D=self.d, PAGE=self.page_size,
+            BLOCK_T=launch.block_t, PDL=pdl, num_warps=launch.num_warps,
+            num_stages=launch.num_stages, FP16_DOTS=launch.fp16_dots,
+            **({"launch_pdl": True} if pdl else {}),
+            **({"maxnreg": launch.max_registers} if launch.max_registers else {}))
         return out

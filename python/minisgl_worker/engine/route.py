@@ -2,7 +2,7 @@
 
 | rule, in order | route | attention |
 | --- | --- | --- |
-| every request decodes (one token) and a decode graph holds the batch | DECODE_GRAPH, the smallest size >= B | WHOLE_KV when that size has the variant (>= WHOLE_KV_MIN_BS) and no request is longer than twice the mean, else SPLIT_KV (below WHOLE_KV_MIN_BS on our Triton kernel, split; else FlashInfer's) |
+| every request decodes (one token) and a decode graph holds the batch | DECODE_GRAPH, the smallest size >= B | WHOLE_KV when that size has the variant (>= WHOLE_KV_MIN_BS) and no request is longer than twice the mean, else SPLIT_KV |
 | a mixed-graph size holds the T tokens (<= BUCKET - 1 padding rows), >= `min_requests` requests, and T x GQA group <= QUERY_TILE x B | MIXED_GRAPH, that size | MIXED_FA2 (captured) |
 | not all decodes, and a piecewise bucket holds the T tokens (<= BUCKET - 1 padding rows) | PIECEWISE, that bucket | eager, planned for the real batch |
 | anything else | EAGER | eager |
@@ -18,9 +18,7 @@ FP8 KV only with an FP8 query; the whole-KV Triton decode upcasts its tiles).
 Why each threshold:
 - WHOLE_KV: without a split each (request, KV head) is one CTA, so the longest request sets
   the kernel's time; from 32 requests x KV heads the CTAs fill an H200 unsplit (at 37
-  requests the whole-KV kernel took 75.6 us against FlashInfer's split-KV 87.5). Below it,
-  the same kernel split (`splits_for`) and merged read a layer ~4 us faster than
-  FlashInfer's split-KV at 1-16 requests (attention/triton_decode.py).
+  requests the whole-KV kernel took 75.6 us against FlashInfer's split-KV 87.5).
 - MIXED_GRAPH: in graph mode FA2 fixes its plan at capture (a 16-row query tile, no split of
   long KV; attention/mixed_graph.py), so the graphs take only the steps whose eager plan is
   that one: FA2's eager plan picks the 16-row tile when the mean request's packed query
@@ -83,7 +81,6 @@ class GraphSizes:
     whole_kv: list[int] = field(default_factory=list)  # decode sizes with the WHOLE_KV variant
     pieces: list[int] = field(default_factory=list)  # piecewise token buckets
     mixed: list[int] = field(default_factory=list)  # mixed-graph row counts
-    triton_split: list[int] = field(default_factory=list)  # SPLIT_KV on the Triton kernel
 
     @property
     def any(self) -> bool:
@@ -161,15 +158,13 @@ def build_table(config: EngineConfig, cfg: ModelConfig, flashinfer: bool, fused:
         return RouteTable(GraphSizes(), flashinfer, tc, group)
     decode = graph_batch_sizes(config.resolve_graph_max_bs(gpu.memory, max_running))
     whole_kv: list[int] = []
-    triton_split: list[int] = []
     if tc and decode:
         from ..attention import triton_decode  # imports triton
 
         if triton_decode.supports(cfg.head_dim):
             whole_kv = [s for s in decode if s >= WHOLE_KV_MIN_BS]
-            triton_split = [s for s in decode if s < WHOLE_KV_MIN_BS]
     graph_tokens = config.resolve_graph_max_tokens() if fused else 0
     pieces = piece_sizes(graph_tokens, config.chunk_size) if graph_tokens else []
     mixed = piece_sizes(config.resolve_graph_mixed_tokens(graph_tokens)) if pieces and tc else []
-    sizes = GraphSizes(decode, whole_kv, pieces, mixed, triton_split)
+    sizes = GraphSizes(decode, whole_kv, pieces, mixed)
     return RouteTable(sizes, flashinfer, tc, group, min_requests(gpu.sms, cfg.num_kv_heads))

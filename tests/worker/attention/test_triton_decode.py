@@ -1,8 +1,7 @@
-"""The Triton decode kernel (attention/triton_decode.py), whole and split, against a float32
-torch reference, on CPU through Triton's interpreter (in a subprocess: TRITON_INTERPRET must
-be set before the kernel is defined). float16, because the interpreter mishandles bf16 dots.
-The GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's decode-graph
-cases.
+"""The whole-KV Triton decode kernel (attention/triton_decode.py) against a float32 torch
+reference, on CPU through Triton's interpreter (in a subprocess: TRITON_INTERPRET must be set
+before the kernel is defined). float16, because the interpreter mishandles bf16 dots. The
+GPU path (bf16, in CUDA graphs) is tests/gpu/test_flashinfer_backend.py's whole-KV case.
 Each case runs over an FP8 pool too (values stored / scale; the reference reads them back
 through kvcache/quant.py), as tests/gpu/test_fp8_kv.py does on the GPU, with the launch
 constants' dots in the query's dtype and in fp16."""
@@ -21,28 +20,23 @@ import torch
 pytest.importorskip("triton")  # a dependency of Linux x86-64 torch wheels
 
 ROOT = Path(__file__).parents[3]  # the repository: the subprocess imports tests.gpu.paged
-CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths, splits)
-    # whole KV, and 8 splits: more than most of these requests have tiles
-    (16, 8, 128, 16, [1, 17, 128, 129, 300], (1, 8)),  # Qwen3-0.6B's heads; 1: a padding row
-    (9, 3, 64, 1, [200, 1, 5], (1, 8)),  # SmolLM2's, page size 1
-    (32, 8, 128, 16, [64, 640], (1, 8)),  # Llama-3.1-8B's
-    # the GPU model tests' qwen2: 8 splits of 2 tiles; 32 (MAX_SPLITS), mostly empty
-    (4, 1, 128, 16, [1100, 70, 1], (8, 32)),
+CASES = [  # (num_qo_heads, num_kv_heads, head_dim, page_size, kv lengths)
+    (16, 8, 128, 16, [1, 17, 128, 129, 300]),  # Qwen3-0.6B's heads; 1: a padding row
+    (9, 3, 64, 1, [200, 1, 5]),  # SmolLM2's, page size 1
+    (32, 8, 128, 16, [64, 640]),  # Llama-3.1-8B's
 ]
 KV_MODES = ("fp16", "fp8", "fp8, fp16 dots")  # the pool's dtype; for FP8, the dots' dtype
 
 
 def check() -> None:
     from minisgl_worker.attention.flashinfer_meta import PagedKVMeta
-    from minisgl_worker.attention.triton_decode import Launch, TritonDecode
+    from minisgl_worker.attention.triton_decode import Launch, WholeKVDecode
     from minisgl_worker.kvcache.quant import FP8, from_cache, to_cache
 
     from tests.gpu.paged import reference_attention
 
     torch.manual_seed(0)
-    runs = [(case, kv, splits) for case, kv in itertools.product(CASES, KV_MODES)
-            for splits in case[-1]]
-    for (hq, hkv, d, page, lens, _), kv, splits in runs:
+    for (hq, hkv, d, page, lens), kv in itertools.product(CASES, KV_MODES):
         fp8 = kv != "fp16"
         pages = [-(-n // page) for n in lens]
         num_pages = sum(pages) + 3
@@ -58,8 +52,7 @@ def check() -> None:
         q = qkv[:, : hq * d].view(len(lens), hq, d)
         launch = (Launch(32, 4, 2, fp16_dots=True, max_registers=128)
                   if kv == "fp8, fp16 dots" else None)
-        attn = TritonDecode(len(lens), hq, hkv, d, page, d**-0.5, indices.clone(), launch,
-                            splits)
+        attn = WholeKVDecode(len(lens), hq, hkv, d, page, d**-0.5, indices.clone(), launch)
         attn.plan(indptr, last)
         order = attn._meta[2 * len(lens) + 1 :].tolist()
         assert [lens[i] for i in order] == sorted(lens, reverse=True), order
@@ -73,27 +66,17 @@ def check() -> None:
         meta = PagedKVMeta(torch.arange(len(lens) + 1, dtype=torch.int32), indptr, indices, last)
         ref = reference_attention(q, k, v, meta, page)
         err = float((out.float() - ref).norm() / ref.norm())
-        print(f"heads {hq}/{hkv} d {d} page {page} lens {lens} {kv} KV, {splits} split(s): "
-              f"relative error {err:.1e}")
+        print(f"heads {hq}/{hkv} d {d} page {page} lens {lens} {kv} KV: relative error "
+              f"{err:.1e}")
         assert err < 5e-3, err
 
 
-def test_decode_whole_and_split_matches_torch_in_the_interpreter() -> None:
+def test_whole_kv_decode_matches_torch_in_the_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, "-m", "tests.worker.attention.test_triton_decode"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = len(KV_MODES) * sum(len(case[-1]) for case in CASES)
-    assert done.stdout.count("relative error") == runs, done.stdout
-
-
-def test_small_batches_split_until_every_sm_has_two_programs() -> None:
-    """An H100's 132 SMs, 8 KV heads: 264 programs; powers of two up to MAX_SPLITS (32)."""
-    from minisgl_worker.attention.triton_decode import MAX_SPLITS, splits_for
-
-    assert [splits_for(bs, 8, 132) for bs in (1, 4, 16, 24, 32, 40)] == [32, 16, 4, 2, 2, 1]
-    assert splits_for(1, 1, 10_000) == MAX_SPLITS
-    assert splits_for(8, 8, 16) == 1  # 64 programs already give 16 SMs two each
+    assert done.stdout.count("relative error") == len(KV_MODES) * len(CASES), done.stdout
 
 
 def test_head_dims_the_kernel_takes() -> None:

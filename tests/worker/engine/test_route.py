@@ -52,7 +52,6 @@ def test_an_h200_table_holds_the_default_graphs() -> None:
     sizes = _table().sizes
     assert sizes.decode == [1, 2, 4, *range(8, 257, 8)]
     assert sizes.whole_kv == list(range(32, 257, 8))
-    assert sizes.triton_split == [1, 2, 4, 8, 16, 24]  # the rest split on FlashInfer's kernel
     assert sizes.pieces == [*range(16, 513, 16), 8192]  # and the chunk size
     assert sizes.mixed == piece_sizes(256)
     assert _table().mixed_min_requests == min_requests(132, 8) == 34
@@ -92,7 +91,7 @@ def test_qwens_smaller_group_takes_more_steps_whole() -> None:
 def test_mha_decodes_on_cuda_cores_without_mixed_or_whole_kv_graphs() -> None:
     mha = dataclasses.replace(LLAMA, num_kv_heads=32)
     table = _table(mha)
-    assert table.sizes.mixed == [] and table.sizes.whole_kv == table.sizes.triton_split == []
+    assert table.sizes.mixed == [] and table.sizes.whole_kv == []
     assert table.route(_batch([500] * 64, [])) == Route(D, Attn.SPLIT_KV, 64)
     assert table.route(_batch([500] * 40, [100])) == Route(P, Attn.DECODE_THEN_PREFILL, 144)
 

@@ -39,8 +39,7 @@ def capture_graphs(model: LlamaForCausalLM, backend: GraphAttnBackend, ctx: Cont
                    device: torch.device) -> dict[RouteKind, Runner]:
     """Capture every graph of `sizes` -> the runner of each graph route kind captured."""
     cfg = model.config
-    backend.init_capture_graph(sizes.decode, sizes.whole_kv, sizes.mixed, max_pages_per_req,
-                               sizes.triton_split)
+    backend.init_capture_graph(sizes.decode, sizes.whole_kv, sizes.mixed, max_pages_per_req)
     runners: dict[RouteKind, Runner] = {}
     if sizes.decode:
         with torch.inference_mode():

@@ -10,8 +10,7 @@ is planned for the padded batch before every replay (the backend's `prepare`).
 
 Sizes with the WHOLE_KV variant have a second graph whose attention does not split the KV
 (attention/triton_decode.py: no merge kernel, longest requests first); the route table
-picks it per step. Below those sizes the split-KV graph attends with the same kernel split
-(the backend's `triton_split_sizes`), above them with FlashInfer's."""
+picks it per step."""
 
 from __future__ import annotations
 
