@@ -6,6 +6,8 @@ that sampled its own token would put another token's embedding into the shared s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -134,9 +136,6 @@ def test_tp2_a_kv_cache_too_large_for_memory_is_one_line_per_rank_not_a_tracebac
     """Every rank checks --kv-tokens against its share of host memory, and they agree before
     raising, so no rank waits in a collective for one that failed; the spawned rank says
     its error in one line and exits 2, rank 0's main() says its own."""
-    import subprocess
-    import sys
-
     save_tiny_model(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "minisgl_worker", "--model", str(tmp_path), "--device", "cpu",
