@@ -84,7 +84,8 @@ def fresh_requests(tokens: int, max_len: int) -> list[int]:
     """`tokens` prompt tokens as the extend lengths of fresh requests of at most `max_len`
     each: a profiling forward of more tokens than the model's context then keeps every
     position inside it (the RoPE table ends there)."""
-    return [max_len] * (tokens // max_len) + [tokens % max_len] * (tokens % max_len > 0)
+    whole, rest = divmod(tokens, max_len)
+    return [max_len] * whole + ([rest] if rest else [])
 
 
 @contextmanager
