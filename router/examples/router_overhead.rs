@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use _router::api::admission::Admission;
 use _router::api::app;
+use _router::api::sampling_defaults::SamplingSource;
 use _router::config::RoutingPolicy;
+use _router::model_files::load_model_files;
 use _router::routing::policy::create_policy;
-use _router::run::load_model_files;
 use _router::state::{AppState, Shared};
 use _router::worker::launcher::wait_ready;
 use _router::worker::WorkerClient;
@@ -76,7 +77,7 @@ fn dirs_default_model() -> std::path::PathBuf {
 
 fn main() {
     let args = args();
-    let files = load_model_files(&args.model, None).expect("model folder");
+    let files = load_model_files(&args.model, None, SamplingSource::Model).expect("model folder");
     // A prompt of exactly PROMPT_TOKENS tokens: " hello" is one token in SmolLM2's vocabulary.
     let unit = " hello";
     let base = unit.repeat(PROMPT_TOKENS - 8);
@@ -123,6 +124,7 @@ fn main() {
             web_ui: true,
             api_key: None,
             limits: Default::default(),
+            sampling_defaults: files.sampling_defaults,
             tool_format: _router::text::tool_calls::ToolFormat::Hermes,
             reasoning: None,
         });

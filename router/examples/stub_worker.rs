@@ -11,7 +11,8 @@
 #[path = "common/mock_worker.rs"]
 mod mock_worker;
 
-use _router::run::load_model_files;
+use _router::api::sampling_defaults::SamplingSource;
+use _router::model_files::load_model_files;
 
 const REPLY: &str = " the quick brown fox jumps over the lazy dog, and then";
 
@@ -30,7 +31,7 @@ fn main() {
         }
     }
     let listen = listen.expect("--listen ADDR (tcp://HOST:PORT or ipc://PATH) is required");
-    let files = load_model_files(&model, None).expect("model folder");
+    let files = load_model_files(&model, None, SamplingSource::Model).expect("model folder");
     let reply = files.tokenizer.encode_blocking(REPLY, false);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::api::sampling_defaults::SamplingSource;
 use crate::routing::policy::Thresholds;
 
 // The headings of `--help`, in the order they first appear.
@@ -130,6 +131,12 @@ pub struct Config {
     pub max_requests: NonZeroUsize,
     #[command(flatten, next_help_heading = LIMITS)]
     pub limits: crate::api::limits::Limits,
+    /// What a request's omitted temperature, top_p, top_k, min_p and repetition_penalty
+    /// become: model (the model folder's generation_config.json where it sets them, OpenAI's
+    /// defaults otherwise: temperature 1, top_p 1, the rest off, as vLLM and SGLang do) or
+    /// openai (OpenAI's alone).
+    #[arg(help_heading = MODEL, long, value_enum, default_value_t = SamplingSource::Model)]
+    pub sampling_defaults: SamplingSource,
     #[command(flatten, next_help_heading = CHAT)]
     pub chat: crate::api::tools::ChatOptions,
     /// Seconds to wait for every worker's `ready`.

@@ -7,7 +7,8 @@
 //! generation's life, the responses and their one SSE loop; start at `api/routes.rs`) ->
 //! `text/` (tokenizer, chat template, detokenizer, stop strings) -> `routing/` (prefix
 //! index and policies: which worker) -> `worker/` (protocol, ZMQ client, launcher). Around
-//! them: `config.rs` (flags), `run.rs` (start, serve, stop), `state.rs` (what handlers
+//! them: `config.rs` (flags), `model_files.rs` (what the router reads from the model
+//! folder), `run.rs` (start, serve, stop), `state.rs` (what handlers
 //! share), `error.rs` (the one error enum, in OpenAI's shape) and `metrics.rs`; `shell/` is
 //! `--shell`, a terminal chat over the HTTP API.
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod listen;
 pub mod metrics;
+pub mod model_files;
 pub mod routing;
 pub mod run;
 pub mod shell;

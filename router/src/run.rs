@@ -2,7 +2,6 @@
 //! for their `ready`, serve until Ctrl-C/SIGTERM, then stop the workers cleanly.
 
 use std::future::{Future, IntoFuture};
-use std::path::Path;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -11,11 +10,10 @@ use tokio::net::TcpListener;
 use crate::api::admission::Admission;
 use crate::api::routes::app;
 use crate::config::Config;
+use crate::model_files::{load_model_files, ModelFiles};
 use crate::routing::policy::create_policy;
 use crate::signals::Signals;
 use crate::state::{unix_now, AppState, Shared};
-use crate::text::chat_template::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
 use crate::text::tool_calls::ToolFormat;
 use crate::worker::launcher::{wait_ready, LaunchSpec, LocalWorker};
 use crate::worker::WorkerClient;
@@ -76,40 +74,6 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
-/// The model folder's tokenizer, chat template and served name.
-pub struct ModelFiles {
-    pub name: String,
-    pub tokenizer: Tokenizer,
-    pub template: Option<ChatTemplate>,
-}
-
-pub fn load_model_files(dir: &Path, served_name: Option<&str>) -> Result<ModelFiles, String> {
-    if !dir.is_dir() {
-        return Err(format!("--model {} is not a folder", dir.display()));
-    }
-    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-    let template = ChatTemplate::from_model_dir(dir)?;
-    if template.is_none() {
-        tracing::warn!(
-            "{} has no chat template: /v1/chat/completions will refuse requests",
-            dir.display()
-        );
-    }
-    let folder_name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let name = served_name
-        .map(str::to_string)
-        .or(folder_name)
-        .unwrap_or_else(|| "model".into());
-    Ok(ModelFiles {
-        name,
-        tokenizer,
-        template,
-    })
-}
-
 async fn serve(config: Config, python: String) -> Result<(), String> {
     config.check()?;
     if let Some(warning) = config.exposure_warning() {
@@ -117,7 +81,7 @@ async fn serve(config: Config, python: String) -> Result<(), String> {
     }
     let mut signals = Signals::new()?;
     let model_dir = config.model.clone().ok_or("no --model given")?;
-    let files = load_model_files(&model_dir, None)?;
+    let files = load_model_files(&model_dir, None, config.sampling_defaults)?;
     if config.local_workers() > 0 {
         tp_check::check(&model_dir, config.tp)?;
     }
@@ -221,6 +185,7 @@ async fn serve_http(
         web_ui: !config.no_web_ui,
         api_key: config.api_key.clone(),
         limits: config.limits.clone(),
+        sampling_defaults: files.sampling_defaults,
         tool_format,
         reasoning: config.chat.reasoning_parser,
     });
@@ -344,8 +309,10 @@ async fn stop_workers(local: Vec<LocalWorker>, clients: &[WorkerClient]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::sampling_defaults::SamplingSource;
     use crate::text::tokenizer::tests::tiny_model_dir;
     use clap::Parser;
+    use std::path::Path;
 
     #[test]
     fn plain_log_levels_reach_the_workers_filters_do_not() {
@@ -356,20 +323,11 @@ mod tests {
     }
 
     #[test]
-    fn model_folder_gives_name_tokenizer_and_template() {
-        let files = load_model_files(&tiny_model_dir(), None).unwrap();
-        assert_eq!(files.name, "tiny-model");
-        assert!(files.template.is_some());
-        let files = load_model_files(&tiny_model_dir(), Some("served")).unwrap();
-        assert_eq!(files.name, "served");
-    }
-
-    #[test]
     fn a_missing_model_folder_fails_startup_with_one_line() {
         let config =
             Config::try_parse_from(["r", "--model", "/nonexistent/model", "--port", "0"]).unwrap();
         assert_eq!(run(config, "python3".into()), 1);
-        let err = load_model_files(Path::new("/nonexistent/model"), None)
+        let err = load_model_files(Path::new("/nonexistent/model"), None, SamplingSource::Model)
             .err()
             .unwrap();
         assert_eq!(err, "--model /nonexistent/model is not a folder");

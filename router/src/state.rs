@@ -8,6 +8,7 @@ use futures::future::select_all;
 
 use crate::api::admission::Admission;
 use crate::api::limits::Limits;
+use crate::api::sampling_defaults::SamplingDefaults;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::routing::policy::Policy;
@@ -44,6 +45,8 @@ pub struct Shared {
     pub api_key: Option<String>,
     /// What one request may ask for (`--max-tokens-limit`, `--max-n`, ...).
     pub limits: Limits,
+    /// What omitted sampling fields become (the model's generation_config.json, OpenAI's).
+    pub sampling_defaults: SamplingDefaults,
     /// How the model writes tool calls (`--tool-call-parser`, or from its template).
     pub tool_format: ToolFormat,
     /// `--reasoning-parser`.

@@ -1,6 +1,6 @@
 //! The HTTP side, in the order a request meets it: `auth` (`--api-key`), `routes` (every route and its thin
 //! handler) -> `openai` (the body parsed, unknown keys refused by name) -> `params`
-//! (validated, limits named; `constraint`: structured outputs, their schemas' objects closed by `closed_objects`; `tools`: tool calls and reasoning) -> the endpoint's prompt (`chat`, `completions`, `native`) ->
+//! (validated, limits named, omitted sampling fields from `sampling_defaults`; `constraint`: structured outputs, their schemas' objects closed by `closed_objects`; `tools`: tool calls and reasoning) -> the endpoint's prompt (`chat`, `completions`, `native`) ->
 //! `admission` (a slot per generation, or 429) -> `generate` (tokenize, pick a worker,
 //! submit; tokens back to text) -> `respond` (one JSON body, or the one SSE loop). Beside them, `page`: the chat page at `/`.
 
@@ -22,6 +22,7 @@ pub mod params;
 pub mod prepare;
 pub mod respond;
 pub mod routes;
+pub mod sampling_defaults;
 pub mod tools;
 
 pub use routes::app;

@@ -152,7 +152,12 @@ async fn generate_as_openai(state: &AppState, req: GenerateRequest) -> Result<Re
         map.insert(key, value);
     }
     let common: CommonParams = from_map(map)?;
-    let mut params = validate(&common, &EndpointParams::default(), &state.limits)?;
+    let mut params = validate(
+        &common,
+        &EndpointParams::default(),
+        &state.limits,
+        &state.sampling_defaults,
+    )?;
     params.stream = req.stream.unwrap_or(false);
     let generation = generate::start(state, prompt, params.clone()).await?;
     let choices = Choices {

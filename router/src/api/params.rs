@@ -4,6 +4,7 @@
 use crate::api::constraint;
 use crate::api::limits::Limits;
 use crate::api::openai::{CommonParams, Stop};
+use crate::api::sampling_defaults::SamplingDefaults;
 use crate::error::ApiError;
 use crate::worker::protocol::{Constraint, Sampling};
 
@@ -40,10 +41,12 @@ pub struct EndpointParams {
     pub top_logprobs: i64,
 }
 
+/// `common` and `endpoint` checked against `limits`; omitted sampling fields take `defaults`.
 pub fn validate(
     common: &CommonParams,
     endpoint: &EndpointParams,
     limits: &Limits,
+    defaults: &SamplingDefaults,
 ) -> Result<GenParams, ApiError> {
     let n = common.n.unwrap_or(1);
     let max_n = limits.max_n;
@@ -92,7 +95,7 @@ pub fn validate(
             "`stream_options` is only allowed with `stream` = true",
         ));
     }
-    let sampling = sampling(common, endpoint)?;
+    let sampling = sampling(common, endpoint, defaults)?;
     let (constraint_field, constraint) = constraint(common)?.unzip();
     Ok(GenParams {
         sampling: Sampling {
@@ -110,9 +113,13 @@ pub fn validate(
     })
 }
 
-fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> {
-    let d = Sampling::default();
-    let top_k = c.top_k.unwrap_or(0);
+/// The sampling fields of `c` and `e`, each checked; `d` fills in those `c` leaves out.
+pub(crate) fn sampling(
+    c: &CommonParams,
+    e: &EndpointParams,
+    d: &SamplingDefaults,
+) -> Result<Sampling, ApiError> {
+    let top_k = c.top_k.unwrap_or(d.top_k);
     if top_k < -1 {
         return Err(ApiError::invalid(
             "top_k",
@@ -149,7 +156,7 @@ fn sampling(c: &CommonParams, e: &EndpointParams) -> Result<Sampling, ApiError> 
         presence_penalty: in_range("presence_penalty", c.presence_penalty, -2.0, 2.0, 0.0)?,
         repetition_penalty: check(
             c.repetition_penalty,
-            1.0,
+            d.repetition_penalty,
             "repetition_penalty",
             |v| v > 0.0,
             "> 0",

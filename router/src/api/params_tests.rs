@@ -5,6 +5,10 @@ use crate::api::limits::Limits;
 use crate::api::openai::{parse_body, ChatRequest};
 
 fn params(extra: &str) -> Result<GenParams, ApiError> {
+    params_with(extra, &SamplingDefaults::default())
+}
+
+fn params_with(extra: &str, defaults: &SamplingDefaults) -> Result<GenParams, ApiError> {
     let body = format!(r#"{{"model":"m","messages":[]{extra}}}"#);
     let (req, common) = parse_body::<ChatRequest>(body.as_bytes()).unwrap();
     let endpoint = EndpointParams {
@@ -13,7 +17,7 @@ fn params(extra: &str) -> Result<GenParams, ApiError> {
         logprobs: req.logprobs.unwrap_or(false),
         top_logprobs: req.top_logprobs.unwrap_or(0),
     };
-    validate(&common, &endpoint, &Limits::default())
+    validate(&common, &endpoint, &Limits::default(), defaults)
 }
 
 fn message(extra: &str) -> String {
@@ -21,16 +25,47 @@ fn message(extra: &str) -> String {
 }
 
 #[test]
-fn defaults_are_the_protocols() {
+fn omitted_fields_take_openais_defaults_or_the_models() {
     let p = params("").unwrap();
     assert_eq!(
         p.sampling,
         Sampling {
+            temperature: 1.0,
             max_new_tokens: 0,
             ..Sampling::default()
         }
     );
     assert!(!p.stream && p.stops.is_empty());
+    let model = SamplingDefaults {
+        temperature: 0.6,
+        top_p: 0.9,
+        top_k: 20,
+        min_p: 0.05,
+        repetition_penalty: 1.1,
+    };
+    let s = params_with("", &model).unwrap().sampling;
+    assert_eq!(
+        (
+            s.temperature,
+            s.top_p,
+            s.top_k,
+            s.min_p,
+            s.repetition_penalty
+        ),
+        (0.6, 0.9, 20, 0.05, 1.1)
+    );
+    let sent = r#","temperature":0,"top_p":1,"top_k":-1,"min_p":0,"repetition_penalty":1"#;
+    let s = params_with(sent, &model).unwrap().sampling;
+    assert_eq!(
+        (
+            s.temperature,
+            s.top_p,
+            s.top_k,
+            s.min_p,
+            s.repetition_penalty
+        ),
+        (0.0, 1.0, 0, 0.0, 1.0)
+    );
 }
 
 #[test]
@@ -150,7 +185,7 @@ fn limited(
         max_n: 4,
         ..Limits::default()
     };
-    validate(&common, &endpoint, &limits)
+    validate(&common, &endpoint, &limits, &SamplingDefaults::default())
 }
 
 #[test]

@@ -89,7 +89,7 @@ async fn chat_completions(
     let (mut req, common) = parse_body::<ChatRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = chat::endpoint_params(&req)?;
-    let mut params = validate(&common, &endpoint, &state.limits)?;
+    let mut params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
     let (tools, mut plan) = tools::prepare(&state, &mut req, &common, &mut params)?;
     let kwargs = req.chat_template_kwargs.as_ref();
     let prompt = chat::prompt_with(&state, &req.messages, &tools, kwargs)?;
@@ -114,7 +114,7 @@ async fn completions(
     let (req, common) = parse_body::<CompletionRequest>(&body)?;
     state.check_model(&req.model)?;
     let endpoint = completions::endpoint_params(&req)?;
-    let params = validate(&common, &endpoint, &state.limits)?;
+    let params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
     let echo = req.echo.unwrap_or(false);
     let prompts = completions::prompts(req.prompt, &state.limits)?;
     let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;

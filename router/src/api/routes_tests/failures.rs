@@ -251,6 +251,7 @@ async fn chat_without_a_template_is_a_400() {
         web_ui: true,
         api_key: None,
         limits: Default::default(),
+        sampling_defaults: Default::default(),
         tool_format: crate::text::tool_calls::ToolFormat::Hermes,
         reasoning: None,
     });

@@ -13,9 +13,10 @@ use tower::ServiceExt;
 use super::app;
 use crate::api::admission::Admission;
 use crate::api::limits::Limits;
+use crate::api::sampling_defaults::SamplingSource;
 use crate::config::RoutingPolicy;
+use crate::model_files::load_model_files;
 use crate::routing::policy::create_policy;
-use crate::run::load_model_files;
 use crate::state::{AppState, Shared};
 use crate::text::tokenizer::tests::tiny_model_dir;
 use crate::worker::fake::{FakeScript, FakeWorker};
@@ -102,7 +103,8 @@ impl Setup {
     }
 
     async fn with(o: Options) -> Self {
-        let files = load_model_files(&tiny_model_dir(), Some("tiny")).unwrap();
+        let files =
+            load_model_files(&tiny_model_dir(), Some("tiny"), SamplingSource::Model).unwrap();
         let reply = files.tokenizer.encode_blocking(ANSWER, false);
         let fake = FakeWorker::start(FakeScript {
             reply,
@@ -128,6 +130,7 @@ impl Setup {
             web_ui: o.web_ui,
             api_key: o.api_key.map(str::to_string),
             limits: o.limits,
+            sampling_defaults: files.sampling_defaults,
             tool_format: crate::text::tool_calls::ToolFormat::Hermes,
             reasoning: None,
         });
