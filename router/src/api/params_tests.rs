@@ -43,29 +43,20 @@ fn omitted_fields_take_openais_defaults_or_the_models() {
         min_p: 0.05,
         repetition_penalty: 1.1,
     };
-    let s = params_with("", &model).unwrap().sampling;
-    assert_eq!(
+    // What the model's file would set, taken where the request is silent, and only there.
+    let defaulted = |extra: &str| {
+        let s = params_with(extra, &model).unwrap().sampling;
         (
             s.temperature,
             s.top_p,
             s.top_k,
             s.min_p,
-            s.repetition_penalty
-        ),
-        (0.6, 0.9, 20, 0.05, 1.1)
-    );
+            s.repetition_penalty,
+        )
+    };
+    assert_eq!(defaulted(""), (0.6, 0.9, 20, 0.05, 1.1));
     let sent = r#","temperature":0,"top_p":1,"top_k":-1,"min_p":0,"repetition_penalty":1"#;
-    let s = params_with(sent, &model).unwrap().sampling;
-    assert_eq!(
-        (
-            s.temperature,
-            s.top_p,
-            s.top_k,
-            s.min_p,
-            s.repetition_penalty
-        ),
-        (0.0, 1.0, 0, 0.0, 1.0)
-    );
+    assert_eq!(defaulted(sent), (0.0, 1.0, 0, 0.0, 1.0));
 }
 
 #[test]
