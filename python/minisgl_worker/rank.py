@@ -10,12 +10,16 @@ import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from .distributed import TPInfo, destroy_distributed, init_distributed
 from .distributed.ranks import rank_device, share_cores
 from .engine import Engine, EngineConfig, KVMemoryError
 from .protocol import Ready
 from .scheduler import Scheduler, ZmqIO, follow, serve
+
+if TYPE_CHECKING:
+    import torch
 
 
 def run_rank(args: argparse.Namespace, addr: str | None, rank: int,
@@ -84,7 +88,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)  # unwinds through `finally`, closing the socket
 
 
-def _engine(args: argparse.Namespace, device: object) -> Engine:
+def _engine(args: argparse.Namespace, device: torch.device) -> Engine:
     return Engine(EngineConfig(
         model_path=args.model, device=str(device), dtype=args.dtype, page_size=args.page_size,
         max_running=args.max_running, kv_tokens=args.kv_tokens, load_format=args.load_format,
