@@ -8,9 +8,11 @@ use std::path::Path;
 
 use clap::ValueEnum;
 use serde::Deserialize;
+use serde_json::Value as Json;
 
 use crate::api::openai::CommonParams;
 use crate::api::params::{sampling, EndpointParams};
+use crate::text::chat_template::read_json;
 
 /// `--sampling-defaults`: where omitted sampling fields come from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -47,7 +49,7 @@ impl Default for SamplingDefaults {
 
 /// The fields of generation_config.json that a request's sampling fields default to; the
 /// file's other keys (token ids, `max_length`, ...) are not ours to read here.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Deserialize)]
 struct GenerationConfig {
     temperature: Option<f64>,
     top_p: Option<f64>,
@@ -60,23 +62,22 @@ impl SamplingDefaults {
     /// The defaults for the model in `dir` (its generation_config.json may be absent). A
     /// value a request could not send is refused, naming the file, the field and its range.
     pub fn load(dir: &Path, source: SamplingSource) -> Result<Self, String> {
-        let path = dir.join("generation_config.json");
-        if source == SamplingSource::Openai || !path.exists() {
+        if source == SamplingSource::Openai {
             return Ok(Self::default());
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Self::from_json(&text).map_err(|e| {
-            format!(
-                "{}: {e} (--sampling-defaults openai ignores the file)",
-                path.display()
-            )
-        })
+        let path = dir.join("generation_config.json");
+        let hint = |e: String| format!("{e} (--sampling-defaults openai ignores the file)");
+        match read_json(&path).map_err(hint)? {
+            None => Ok(Self::default()),
+            Some(config) => {
+                Self::from_config(config).map_err(|e| hint(format!("{}: {e}", path.display())))
+            }
+        }
     }
 
-    /// The defaults a generation_config.json's text sets, checked as a request's fields are.
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        let g: GenerationConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    /// The defaults a generation_config.json sets, checked as a request's fields are.
+    pub fn from_config(config: Json) -> Result<Self, String> {
+        let g: GenerationConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
         let common = CommonParams {
             temperature: g.temperature,
             top_p: g.top_p,
@@ -113,9 +114,13 @@ impl SamplingDefaults {
 mod tests {
     use super::*;
 
+    fn from_json(text: &str) -> Result<SamplingDefaults, String> {
+        SamplingDefaults::from_config(serde_json::from_str(text).unwrap())
+    }
+
     #[test]
     fn openai_defaults_fill_what_the_file_leaves_out() {
-        let d = SamplingDefaults::from_json(r#"{"eos_token_id": [2, 0], "top_k": 20}"#).unwrap();
+        let d = from_json(r#"{"eos_token_id": [2, 0], "top_k": 20}"#).unwrap();
         assert_eq!(
             d,
             SamplingDefaults {
@@ -124,7 +129,7 @@ mod tests {
             }
         );
         assert_eq!(SamplingDefaults::default().temperature, 1.0);
-        let d = SamplingDefaults::from_json(
+        let d = from_json(
             r#"{"do_sample": true, "temperature": 0.6, "top_p": 0.9, "min_p": 0.05,
                 "repetition_penalty": 1.05, "top_k": null}"#,
         )
@@ -144,7 +149,7 @@ mod tests {
             "temperature 0.6, top_p 0.9, top_k off, min_p 0.05, repetition_penalty 1.05"
         );
         // -1 is how vLLM spells "off"; it is sent as 0, as a request's would be
-        let d = SamplingDefaults::from_json(r#"{"top_k": -1}"#).unwrap();
+        let d = from_json(r#"{"top_k": -1}"#).unwrap();
         assert_eq!(d.top_k, 0);
     }
 
@@ -166,9 +171,9 @@ mod tests {
                 "`repetition_penalty` must be > 0; got 0",
             ),
         ] {
-            assert_eq!(SamplingDefaults::from_json(text).unwrap_err(), want);
+            assert_eq!(from_json(text).unwrap_err(), want);
         }
-        let err = SamplingDefaults::from_json(r#"{"temperature": "warm"}"#).unwrap_err();
+        let err = from_json(r#"{"temperature": "warm"}"#).unwrap_err();
         assert!(err.starts_with("invalid type: string \"warm\""), "{err}");
     }
 

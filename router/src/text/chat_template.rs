@@ -183,7 +183,8 @@ fn error_text(e: &Error) -> String {
     }
 }
 
-fn read_json(path: &Path) -> Result<Option<Json>, String> {
+/// The JSON file at `path`, None if there is none; errors name the file.
+pub(crate) fn read_json(path: &Path) -> Result<Option<Json>, String> {
     if !path.exists() {
         return Ok(None);
     }
