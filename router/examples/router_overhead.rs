@@ -122,6 +122,7 @@ fn main() {
             metrics: Default::default(),
             admission: Admission::new(usize::MAX, std::time::Duration::ZERO),
             web_ui: true,
+            log_requests: false,
             api_key: None,
             limits: Default::default(),
             sampling_defaults: files.sampling_defaults,

@@ -167,6 +167,10 @@ pub struct Config {
     /// Do not serve the chat page at `/` (it is a 404 then).
     #[arg(help_heading = SERVER, long)]
     pub no_web_ui: bool,
+    /// Log one line per request once its response is sent: its x-request-id, method, path,
+    /// status and times.
+    #[arg(help_heading = SERVER, long)]
+    pub log_requests: bool,
     /// error, warn, info, debug or trace (RUST_LOG-style filters work too).
     #[arg(help_heading = SERVER, long, default_value = "info")]
     pub log_level: String,

@@ -183,6 +183,7 @@ async fn serve_http(
         metrics: Default::default(),
         admission: Admission::new(config.max_requests.get(), config.limits.admission_wait()),
         web_ui: !config.no_web_ui,
+        log_requests: config.log_requests,
         api_key: config.api_key.clone(),
         limits: config.limits.clone(),
         sampling_defaults: files.sampling_defaults,

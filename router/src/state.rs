@@ -41,6 +41,8 @@ pub struct Shared {
     pub admission: Admission,
     /// Serve the chat page at `/` (off with `--no-web-ui`).
     pub web_ui: bool,
+    /// `--log-requests`: one log line per request (`api::access`).
+    pub log_requests: bool,
     /// `--api-key`: the bearer token every route but `/health` and the page wants.
     pub api_key: Option<String>,
     /// What one request may ask for (`--max-tokens-limit`, `--max-n`, ...).

@@ -162,6 +162,7 @@ def still_alive(pids: set[int], within_s: float) -> list[int]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_router(tmp_path_factory.mktemp("router"))
+    """The shared router: default flags but --log-requests (test_request_ids.py reads it)."""
+    server = start_router(tmp_path_factory.mktemp("router"), "--log-requests")
     yield server
     stop_router(server)

@@ -4,6 +4,7 @@
 //! `admission` (a slot per generation, or 429) -> `generate` (tokenize, pick a worker,
 //! submit; tokens back to text) -> `respond` (one JSON body, or the one SSE loop). Beside them, `page`: the chat page at `/`.
 
+pub mod access;
 pub mod admission;
 pub mod auth;
 pub mod chat;

@@ -9,6 +9,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
+use crate::api::access;
 use crate::api::auth::require_key;
 use crate::api::chat::{self, ChatFormat};
 use crate::api::completions::{self, CompletionFormat};
@@ -50,6 +51,10 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::identify,
         ))
         .with_state(state)
 }

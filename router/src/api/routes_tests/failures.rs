@@ -249,6 +249,7 @@ async fn chat_without_a_template_is_a_400() {
         metrics: Default::default(),
         admission: Admission::new(16, std::time::Duration::ZERO),
         web_ui: true,
+        log_requests: false,
         api_key: None,
         limits: Default::default(),
         sampling_defaults: Default::default(),

@@ -23,6 +23,7 @@ use crate::worker::fake::{FakeScript, FakeWorker};
 use crate::worker::launcher::wait_ready;
 use crate::worker::WorkerClient;
 
+mod access;
 mod auth;
 mod failures;
 mod generation;
@@ -50,6 +51,8 @@ struct Options {
     router_context: u32,
     max_requests: usize,
     web_ui: bool,
+    /// `--log-requests`.
+    log_requests: bool,
     api_key: Option<&'static str>,
     limits: Limits,
     /// The served model names (`model` must be one of them).
@@ -65,6 +68,7 @@ impl Default for Options {
             router_context: 256,
             max_requests: 4096,
             web_ui: true,
+            log_requests: false,
             api_key: None,
             limits: Limits::default(),
             model_names: &["tiny"],
@@ -128,6 +132,7 @@ impl Setup {
             metrics: Default::default(),
             admission: Admission::new(o.max_requests, std::time::Duration::ZERO),
             web_ui: o.web_ui,
+            log_requests: o.log_requests,
             api_key: o.api_key.map(str::to_string),
             limits: o.limits,
             sampling_defaults: files.sampling_defaults,
