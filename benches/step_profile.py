@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from common import drop_prefix_cache, mixed_graph_option, workload
-from minisgl_worker.core import RouteKind
+from minisgl_worker.core import Batch, RouteKind
 from minisgl_worker.llm import LLM
 from minisgl_worker.protocol import SamplingParams
 
@@ -36,6 +36,13 @@ KINDS = {RouteKind.DECODE_GRAPH: "decode (graph)",
          RouteKind.MIXED_GRAPH: "with prefill (mixed-step graphs)",
          RouteKind.PIECEWISE: "with prefill (piecewise graphs)",
          RouteKind.EAGER: "eager"}
+
+
+def prompt_tokens(batch: Batch) -> int:
+    """The batch's prompt tokens: every row but decodes (a request with output that extends
+    by one token, as `Batch.phase` counts them; a one-token prompt chunk is a prompt)."""
+    return sum(n for r, n in zip(batch.reqs, batch.extend_lens, strict=True)
+               if not (r.is_decoding and n == 1))
 
 
 class StepTimer:
@@ -74,7 +81,7 @@ class StepTimer:
             end.record()
             self.rows.append({"start": start, "end": end, "kind": kind, "reqs": batch.size,
                               "tokens": int(batch.input_ids.numel()),
-                              "prompt": sum(n for n in batch.extend_lens if n > 1),
+                              "prompt": prompt_tokens(batch),
                               "kv": sum(r.device_len for r in batch.reqs)})
             return out
 
