@@ -2,6 +2,9 @@
 //! visible ASCII characters; anything else is a 400 naming the header), or one the router
 //! makes up (`req-` and 16 random hex digits), as vLLM's `--enable-request-id-headers` does.
 //!
+//! What the router logs while it serves a request (a retry, say) is in a `request{id=...}`
+//! span: the handler and every poll of the response's body, a stream's included.
+//!
 //! With `--log-requests` the router logs one line per request when its response has been
 //! sent, or when the client went away first: the id, method, path, status, the time to the
 //! response's head and to its last byte. A streamed completion's line comes when its stream
@@ -17,6 +20,7 @@ use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body::{Body as _, Frame, SizeHint};
+use tracing::{Instrument, Span};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -44,29 +48,28 @@ pub fn request_id(header: Option<&HeaderValue>) -> Result<String, ApiError> {
 pub async fn identify(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let (id, response) = match request_id(req.headers().get(HEADER)) {
-        Ok(id) => {
-            let mut response = next.run(req).await;
-            let value = HeaderValue::from_str(&id).expect("checked: visible ASCII");
-            response.headers_mut().insert(HEADER, value);
-            (id, response)
-        }
-        Err(e) => ("(a bad x-request-id)".to_string(), e.into_response()),
+    let id = match request_id(req.headers().get(HEADER)) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
-    if !state.log_requests {
-        return response;
-    }
-    let access = Access {
-        id,
-        method,
-        path,
-        status: response.status().as_u16(),
-        head: start.elapsed(),
-    };
-    on_body_end(response, move |sent| {
-        let line = access.line(start.elapsed(), sent);
-        tracing::info!(target: "minisgl_router::requests", "{line}");
-    })
+    let span = tracing::info_span!("request", id = %id);
+    let mut response = next.run(req).instrument(span.clone()).await;
+    let value = HeaderValue::from_str(&id).expect("checked: visible ASCII");
+    response.headers_mut().insert(HEADER, value);
+    let done: Option<Done> = state.log_requests.then(|| {
+        let access = Access {
+            id,
+            method,
+            path,
+            status: response.status().as_u16(),
+            head: start.elapsed(),
+        };
+        Box::new(move |sent| {
+            let line = access.line(start.elapsed(), sent);
+            tracing::info!(target: "minisgl_router::requests", "{line}");
+        }) as Done
+    });
+    watch(response, span, done)
 }
 
 /// What `--log-requests` says of one request.
@@ -96,24 +99,25 @@ impl Access {
     }
 }
 
-/// `response` whose body calls `done(sent)` once: `true` when the body's last byte was
-/// taken, `false` when it was dropped before (the client went away). Its size hint is kept,
-/// so a whole JSON body still goes out with its `Content-Length`.
-pub fn on_body_end(response: Response, done: impl FnOnce(bool) + Send + 'static) -> Response {
+/// Called once with whether a response's body was sent to its end.
+pub type Done = Box<dyn FnOnce(bool) + Send>;
+
+/// `response` whose body is polled (and dropped) in `span`, and calls `done(sent)` once:
+/// `true` when its last byte was taken, `false` when it was dropped before (the client went
+/// away). Its size hint is kept, so a whole JSON body still goes out with its
+/// `Content-Length`.
+pub fn watch(response: Response, span: Span, done: Option<Done>) -> Response {
     let (parts, inner) = response.into_parts();
-    let body = EndReported {
-        inner,
-        done: Some(Box::new(done)),
-    };
-    Response::from_parts(parts, Body::new(body))
+    Response::from_parts(parts, Body::new(Watched { inner, span, done }))
 }
 
-struct EndReported {
+struct Watched {
     inner: Body,
-    done: Option<Box<dyn FnOnce(bool) + Send>>,
+    span: Span,
+    done: Option<Done>,
 }
 
-impl EndReported {
+impl Watched {
     fn report(&mut self, sent: bool) {
         if let Some(done) = self.done.take() {
             done(sent);
@@ -121,7 +125,7 @@ impl EndReported {
     }
 }
 
-impl http_body::Body for EndReported {
+impl http_body::Body for Watched {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -129,9 +133,13 @@ impl http_body::Body for EndReported {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        let this = &mut *self;
+        let poll = {
+            let _in_request = this.span.enter();
+            Pin::new(&mut this.inner).poll_frame(cx)
+        };
         if let Poll::Ready(None) = poll {
-            self.report(true);
+            this.report(true);
         }
         poll
     }
@@ -145,11 +153,14 @@ impl http_body::Body for EndReported {
     }
 }
 
-impl Drop for EndReported {
-    /// The server may drop a body it knows has ended without polling it to `None`.
+impl Drop for Watched {
+    /// The server may drop a body it knows has ended without polling it to `None`; a stream
+    /// dropped early (its generation aborted) is dropped in the request's span.
     fn drop(&mut self) {
         let sent = self.inner.is_end_stream();
         self.report(sent);
+        let _in_request = self.span.enter();
+        drop(std::mem::take(&mut self.inner));
     }
 }
 

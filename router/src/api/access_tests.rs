@@ -63,13 +63,12 @@ fn the_log_line_names_the_request_and_its_times() {
     );
 }
 
-/// A response whose body end `on_body_end` reports into the returned list.
+/// A response whose body end `watch` reports into the returned list.
 fn reported(body: Body) -> (Response, Arc<Mutex<Vec<bool>>>) {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let sink = calls.clone();
-    let response = on_body_end(Response::new(body), move |sent| {
-        sink.lock().unwrap().push(sent)
-    });
+    let done: Done = Box::new(move |sent| sink.lock().unwrap().push(sent));
+    let response = watch(Response::new(body), Span::none(), Some(done));
     (response, calls)
 }
 
@@ -109,4 +108,47 @@ fn an_empty_body_dropped_unpolled_counts_as_sent() {
     let (response, calls) = reported(Body::empty());
     drop(response);
     assert_eq!(*calls.lock().unwrap(), [true]);
+}
+
+/// What the router's `tracing` events print, captured.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn what_a_stream_logs_is_in_its_requests_span() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let chunks = stream::iter(["a", "b"]).map(|c| {
+        tracing::warn!("sending {c}");
+        Ok::<_, std::io::Error>(Bytes::from(c))
+    });
+    let span = tracing::info_span!("request", id = %"client-7"); // as `identify` records it
+    let response = watch(Response::new(Body::from_stream(chunks)), span, None);
+    response.into_body().collect().await.unwrap();
+    tracing::warn!("after the response");
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].contains("request{id=client-7}") && lines[0].ends_with("sending a"),
+        "{text}"
+    );
+    assert!(lines[1].contains("request{id=client-7}") && lines[1].ends_with("sending b"));
+    assert!(!lines[2].contains("request{"), "{text}");
 }
