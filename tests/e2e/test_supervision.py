@@ -125,6 +125,8 @@ def test_two_workers_survive_a_kill_and_the_request_without_tokens_is_retried(
         assert [a.status_code for a in answers] == [200] * len(prompts), [a.text for a in answers]
         retried = requests.get(f"{server.base_url}/metrics", timeout=10).text
         assert re.search(r"^minisgl_request_retries_total [1-9]", retried, re.MULTILINE), retried
+        log = server.log_path.read_text()  # the retry's warning names its request
+        assert re.search(r"request\{id=req-[0-9a-f]{16}\}: .*retrying a request", log), log[-3000:]
         wait_until(lambda: health(server)["status"] == "ok", 120, server)
         assert restarts(server) == [1, 0]
         assert complete(server, "Water boils at").status_code == 200
