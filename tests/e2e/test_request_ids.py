@@ -56,3 +56,5 @@ def test_a_bad_id_is_refused_naming_the_header(server: Server) -> None:
                         timeout=30)
     assert resp.status_code == 400
     assert "`x-request-id`" in resp.json()["error"]["message"]
+    assert "x-request-id" not in resp.headers  # no id to name it by
+    assert "GET /v1/models 400" in log_line(server, "(a bad x-request-id)")

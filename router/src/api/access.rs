@@ -27,6 +27,8 @@ use crate::state::AppState;
 
 pub const HEADER: &str = "x-request-id";
 pub const MAX_ID_LEN: usize = 128;
+/// The id a `--log-requests` line gives a request refused for its `x-request-id`.
+pub const BAD_ID: &str = "(a bad x-request-id)";
 
 /// The client's id from its `x-request-id` header, or a new one.
 pub fn request_id(header: Option<&HeaderValue>) -> Result<String, ApiError> {
@@ -48,14 +50,17 @@ pub fn request_id(header: Option<&HeaderValue>) -> Result<String, ApiError> {
 pub async fn identify(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let id = match request_id(req.headers().get(HEADER)) {
-        Ok(id) => id,
-        Err(e) => return e.into_response(),
+    let (id, span, response) = match request_id(req.headers().get(HEADER)) {
+        Ok(id) => {
+            let span = tracing::info_span!("request", id = %id);
+            let mut response = next.run(req).instrument(span.clone()).await;
+            let value = HeaderValue::from_str(&id).expect("checked: visible ASCII");
+            response.headers_mut().insert(HEADER, value);
+            (id, span, response)
+        }
+        // refused before it ran, but still one line of --log-requests
+        Err(e) => (BAD_ID.to_string(), Span::none(), e.into_response()),
     };
-    let span = tracing::info_span!("request", id = %id);
-    let mut response = next.run(req).instrument(span.clone()).await;
-    let value = HeaderValue::from_str(&id).expect("checked: visible ASCII");
-    response.headers_mut().insert(HEADER, value);
     let done: Option<Done> = state.log_requests.then(|| {
         let access = Access {
             id,
