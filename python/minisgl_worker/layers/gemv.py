@@ -26,7 +26,7 @@ TILE_ROWS = 16
 CONFIGS = {
     f"gemv_{'silu_' if silu else ''}w{warps}_u{u}_r{r}": (warps, u, r, silu)
     for warps, u, r, silu in [
-        (4, 4, 1, False), (4, 8, 1, False), (8, 2, 1, False), (8, 4, 1, False), (8, 8, 1, False),
+        (4, 4, 1, False), (8, 2, 1, False), (8, 4, 1, False), (8, 8, 1, False),
         (16, 4, 1, False), (4, 4, 2, False), (8, 4, 2, False),
         (4, 4, 2, True), (8, 2, 2, True), (8, 4, 2, True), (16, 2, 2, True),
     ]
@@ -43,11 +43,10 @@ def module_name() -> str:
 
 def fits(config: str, m: int, n: int, k: int) -> bool:
     """Whether `config` computes x (m, k) @ w (n, k)^T (for SiLU: n = 2 * intermediate)."""
-    warps, _, r, silu = CONFIGS[config]
+    _, _, r, silu = CONFIGS[config]
     rows = n // 2 if silu else n
     tile = TILE_ROWS if silu else TILE_ROWS * r
-    return (0 < m <= MAX_M and k % (STEP_K * warps) == 0 and rows % tile == 0
-            and (not silu or n % 2 == 0))
+    return 0 < m <= MAX_M and k % STEP_K == 0 and rows % tile == 0 and (not silu or n % 2 == 0)
 
 
 def loadable(x: torch.Tensor) -> bool:

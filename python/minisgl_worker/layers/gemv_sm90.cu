@@ -3,10 +3,8 @@
 // dependent launch (PDL) when asked. At these M the GEMM is the weight stream: the kernel
 // is built to keep HBM busy, with no split-K pass and no set-up before its first load.
 //
-// - A tile is R x 16 weight rows; the grid is persistent (as many CTAs as fit the SMs at
-//   once), each CTA taking every grid-th tile, and its WARPS warps split K evenly and sum
-//   their parts in shared memory at each tile's end. A warp's loads run on across its tiles,
-//   so the stream does not stop for a reduction or a CTA's end and start. Each warp walks its K range in steps of 32: a thread loads 16
+// - A CTA owns R tiles of 16 weight rows; its WARPS warps split K and sum their parts in
+//   shared memory at the end. Each warp walks its K range in steps of 32: a thread loads 16
 //   bytes of two weight rows (g and g + 8 of the tile, g = lane / 4) at k = 8 * (lane % 4),
 //   and the 16 bytes of x at the same k for batch rows g (and g + 8 when M > 8). Those
 //   registers are the mma's fragments as they are: the sum over k does not care which
@@ -26,7 +24,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "tvm_ffi_utils.h"
@@ -71,30 +68,98 @@ __device__ __forceinline__ void mma_step(float (&c)[4], const uint4 (&w)[2], con
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 
-// A CTA's first weight row of its tile `tile`, part i (plain: R consecutive 16-row tiles;
-// SILU: the gate tile and the up tile N / 2 rows below it).
-template <int R, bool SILU>
-__device__ __forceinline__ int first_row(int tile, int i, int n) {
-  return SILU ? tile * kRows + i * (n / 2) : (tile * R + i) * kRows;
-}
-
-// The warps' partial sums of one tile, summed in warp order (the same order for every M),
-// stored (SILU: as silu(gate) * up); `acc` is zeroed for the next tile.
-template <int WARPS, int R, int NT, bool SILU>
-__device__ __forceinline__ void reduce_store(float (&acc)[R][NT][4],
-                                             float (*partial)[R * NT * 128], int tile,
-                                             __nv_bfloat16* out, int m, int n) {
+// NT: n8 tiles of the batch (1: M <= 8, 2: M <= 16).
+template <int WARPS, int U, int R, int NT, bool SILU>
+__global__ void __launch_bounds__(WARPS * 32)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                __nv_bfloat16* __restrict__ out, int m, int n, int k) {
+  static_assert(!SILU || R == 2, "SiLU-and-mul pairs one gate tile with one up tile");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
   const int n_out = SILU ? n / 2 : n;
+
+  int row0[R];  // each tile's first weight row
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    row0[i] = SILU ? blockIdx.x * kRows + i * (n / 2) : (blockIdx.x * R + i) * kRows;
+  }
+  const __nv_bfloat16* wp[R][2];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) wp[i][h] = w + size_t(row0[i] + g + 8 * h) * k + 8 * t;
+  }
+  const __nv_bfloat16* xp[NT];  // rows past M read the last row; their sums are not stored
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xp[j] = x + size_t(min(g + 8 * j, m - 1)) * k + 8 * t;
+
+  // This warp's steps: a contiguous range of K / 32.
+  const int steps = k / kStep, per_warp = (steps + WARPS - 1) / WARPS;
+  const int begin = warp * per_warp, end = min(steps, begin + per_warp);
+
+  uint4 wb[U][R][2], xb[U][NT];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (begin + u < end) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wb[u][i][h] = load_weight(wp[i][h] + (begin + u) * kStep);
+      }
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (begin + u < end) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) xb[u][j] = load_x(xp[j] + (begin + u) * kStep);
+    }
+  }
+
+  float acc[R][NT][4] = {};
+  for (int s = begin; s < end; s += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s + u;
+      if (step < end) {
+        uint4 wc[R][2], xc[NT];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          wc[i][0] = wb[u][i][0];
+          wc[i][1] = wb[u][i][1];
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xc[j] = xb[u][j];
+        const int next = step + U;
+        if (next < end) {
+#pragma unroll
+          for (int i = 0; i < R; ++i) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) wb[u][i][h] = load_weight(wp[i][h] + next * kStep);
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) xb[u][j] = load_x(xp[j] + next * kStep);
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_step(acc[i][j], wc[i], xc[j]);
+        }
+      }
+    }
+  }
+
+  // The warps' partial sums, in warp order: the same order for every M.
+  constexpr int kFrag = R * NT * 32 * 4;
+  __shared__ float partial[WARPS][kFrag];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        partial[warp][((i * NT + j) * 32 + lane) * 4 + c] = acc[i][j][c];
-        acc[i][j][c] = 0.0f;
-      }
+      for (int c = 0; c < 4; ++c) partial[warp][((i * NT + j) * 32 + lane) * 4 + c] = acc[i][j][c];
     }
   }
   __syncthreads();
@@ -104,118 +169,24 @@ __device__ __forceinline__ void reduce_store(float (&acc)[R][NT][4],
   for (int e = threadIdx.x; e < kTileFrag; e += WARPS * 32) {
     const int j = e / 128, l = e / 4 % 32, c = e % 4;
     const int row = l / 4 + 8 * (c / 2), batch = 2 * (l % 4) + c % 2 + 8 * j;
-    if (batch >= m) continue;
     float sum[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       sum[i] = 0.0f;
       for (int v = 0; v < WARPS; ++v) sum[i] += partial[v][i * kTileFrag + e];
     }
-    __nv_bfloat16* dst = out + size_t(batch) * n_out + row;
+    if (batch >= m) continue;
     if constexpr (SILU) {
       const float gate = __bfloat162float(__float2bfloat16(sum[0]));
       const float up = __bfloat162float(__float2bfloat16(sum[1]));
-      dst[first_row<R, SILU>(tile, 0, n)] = __float2bfloat16(silu(gate) * up);
+      out[size_t(batch) * n_out + row0[0] + row] = __float2bfloat16(silu(gate) * up);
     } else {
 #pragma unroll
-      for (int i = 0; i < R; ++i) dst[first_row<R, SILU>(tile, i, n)] = __float2bfloat16(sum[i]);
-    }
-  }
-  __syncthreads();  // `partial` is written again for the next tile
-}
-
-// Persistent: CTA b takes tiles b, b + grid, ...; each warp walks its K range of every one of
-// them as one stream of steps, so the loads of the next tile are in flight while this one's
-// sums are reduced. NT: n8 tiles of the batch (1: M <= 8, 2: M <= 16).
-template <int WARPS, int U, int R, int NT, bool SILU>
-__global__ void __launch_bounds__(WARPS * 32)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                __nv_bfloat16* __restrict__ out, int m, int n, int k) {
-  static_assert(!SILU || R == 2, "SiLU-and-mul pairs one gate tile with one up tile");
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const int tiles = SILU ? n / 2 / kRows : n / (kRows * R);
-  // Every warp has the same steps a tile (launch() checks K / 32 % WARPS == 0), so every
-  // warp of the CTA reaches each tile's end, and its __syncthreads, together.
-  const int per_tile = k / kStep / WARPS, begin = warp * per_tile;
-  const int my_tiles = (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
-  const int total = my_tiles * per_tile;  // this warp's steps over all its tiles
-
-  const __nv_bfloat16* xp[NT];  // rows past M read the last row; their sums are not stored
-#pragma unroll
-  for (int j = 0; j < NT; ++j) xp[j] = x + size_t(min(g + 8 * j, m - 1)) * k + 8 * t;
-  const size_t lane_offset = size_t(g) * k + 8 * t;
-  // The load stream's position: tile lt, step ls of this warp's range.
-  int lt = blockIdx.x, ls = 0;
-  auto load_weights = [&](uint4 (&dst)[R][2]) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const __nv_bfloat16* p = w + size_t(first_row<R, SILU>(lt, i, n)) * k + lane_offset +
-                               (begin + ls) * kStep;
-      dst[i][0] = load_weight(p);
-      dst[i][1] = load_weight(p + 8 * size_t(k));
-    }
-  };
-  auto advance = [&] {
-    if (++ls == per_tile) ls = 0, lt += gridDim.x;
-  };
-
-  uint4 wb[U][R][2], xb[U][NT];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (u < total) load_weights(wb[u]), advance();
-  }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (u < total) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) xb[u][j] = load_x(xp[j] + (begin + u % per_tile) * kStep);
-    }
-  }
-
-  __shared__ float partial[WARPS][R * NT * 128];
-  float acc[R][NT][4] = {};
-  int ct = blockIdx.x, cs = 0;  // the step computed: tile ct, step cs
-  for (int i0 = 0; i0 < total; i0 += U) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (i0 + u < total) {  // the same for every warp of the CTA
-        uint4 wc[R][2], xc[NT];
-#pragma unroll
-        for (int i = 0; i < R; ++i) wc[i][0] = wb[u][i][0], wc[i][1] = wb[u][i][1];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) xc[j] = xb[u][j];
-        if (i0 + u + U < total) {
-#pragma unroll
-          for (int j = 0; j < NT; ++j) xb[u][j] = load_x(xp[j] + (begin + ls) * kStep);
-          load_weights(wb[u]);
-          advance();
-        }
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-#pragma unroll
-          for (int j = 0; j < NT; ++j) mma_step(acc[i][j], wc[i], xc[j]);
-        }
-        if (++cs == per_tile) {
-          reduce_store<WARPS, R, NT, SILU>(acc, partial, ct, out, m, n);
-          cs = 0;
-          ct += gridDim.x;
-        }
+      for (int i = 0; i < R; ++i) {
+        out[size_t(batch) * n_out + row0[i] + row] = __float2bfloat16(sum[i]);
       }
     }
   }
-}
-
-// CTAs of the kernel that fit an SM at once (the persistent grid is that many per SM).
-template <class Kernel>
-int ctas_per_sm(Kernel kernel, int threads) {
-  int count = 0;
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0);
-  TVM_FFI_ICHECK(err == cudaSuccess && count > 0)
-      << "GEMV occupancy: " << cudaGetErrorString(err);
-  return count;
 }
 
 template <int WARPS, int U, int R, bool SILU>
@@ -237,8 +208,7 @@ void launch(TensorView x, TensorView w, TensorView out, bool pdl) {
   TVM_FFI_ICHECK_EQ(out.size(0), m);
   TVM_FFI_ICHECK_EQ(out.size(1), SILU ? n / 2 : n);
   TVM_FFI_ICHECK(m <= 16) << "GEMV: at most 16 rows, got " << m;
-  TVM_FFI_ICHECK(k % (kStep * WARPS) == 0)
-      << "GEMV: K a multiple of " << kStep * WARPS << " (" << WARPS << " warps), got " << k;
+  TVM_FFI_ICHECK(k % kStep == 0) << "GEMV: K a multiple of " << kStep << ", got " << k;
   const int rows_per_cta = kRows * R;
   TVM_FFI_ICHECK((SILU ? (n / 2) % kRows == 0 && n % 2 == 0 : n % rows_per_cta == 0))
       << "GEMV: N = " << n << " does not tile";
@@ -249,18 +219,8 @@ void launch(TensorView x, TensorView w, TensorView out, bool pdl) {
   const int device = x.device().device_id;
   ffi::CUDADeviceGuard guard(device);
 
-  static int sms = 0, fit1 = 0, fit2 = 0;  // per configuration; one kind of GPU a process
-  auto* kernel1 = gemv_kernel<WARPS, U, R, 1, SILU>;
-  auto* kernel2 = gemv_kernel<WARPS, U, R, 2, SILU>;
-  if (!sms) {
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    fit1 = ctas_per_sm(kernel1, WARPS * 32);
-    fit2 = ctas_per_sm(kernel2, WARPS * 32);
-  }
-  const int tiles = SILU ? n / 2 / kRows : n / rows_per_cta;
-
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(std::min(tiles, sms * (m <= 8 ? fit1 : fit2)));
+  config.gridDim = dim3(SILU ? n / 2 / kRows : n / rows_per_cta);
   config.blockDim = dim3(WARPS * 32);
   config.stream = get_stream(x.device());
   cudaLaunchAttribute attr;
@@ -271,8 +231,9 @@ void launch(TensorView x, TensorView w, TensorView out, bool pdl) {
   auto* xp = static_cast<const __nv_bfloat16*>(x.data_ptr());
   auto* wp = static_cast<const __nv_bfloat16*>(w.data_ptr());
   auto* op = static_cast<__nv_bfloat16*>(out.data_ptr());
-  cudaError_t err = m <= 8 ? cudaLaunchKernelEx(&config, kernel1, xp, wp, op, m, n, k)
-                           : cudaLaunchKernelEx(&config, kernel2, xp, wp, op, m, n, k);
+  cudaError_t err = m <= 8
+      ? cudaLaunchKernelEx(&config, gemv_kernel<WARPS, U, R, 1, SILU>, xp, wp, op, m, n, k)
+      : cudaLaunchKernelEx(&config, gemv_kernel<WARPS, U, R, 2, SILU>, xp, wp, op, m, n, k);
   TVM_FFI_ICHECK(err == cudaSuccess) << "GEMV launch failed: " << cudaGetErrorString(err);
 }
 

@@ -140,7 +140,7 @@ class CostRecorder:
         return sum(self.costs[name] for name in self.ran) + (0 if ours else self.costs["cublas"])
 
 
-GATE_UP = (64, 512)  # (N = 2 * intermediate, K): every gemv configuration fits
+GATE_UP = (64, 32)  # (N = 2 * intermediate, K)
 
 
 def _choose_ours(cache: Path, costs: dict[str, float], ran: list[str]) -> gemm.Sm90Gemm:
@@ -161,12 +161,12 @@ def test_gemv_is_timed_past_the_launch_bound_and_cutlass_is_not(tmp_path: Path) 
     assert [chosen.choice(*GATE_UP, m) for m in (1, 8, 16, 32)] == [fast, fast, fast, None]
     # gate_up 12 us + SiLU 5 us unfused, against 10 us fused; none fused past 16 rows
     assert [chosen.silu_table[GATE_UP][1]] == [[fused, fused, fused]]
-    x, w = torch.randn(5, 512), torch.randn(*GATE_UP)
+    x, w = torch.randn(5, 32), torch.randn(*GATE_UP)
     ran.clear()
     fused_out = chosen.silu(x, w)
     assert ran == [fused] and fused_out is not None
     torch.testing.assert_close(fused_out, _silu_and_mul(F.linear(x, w)))
-    assert chosen.silu(torch.randn(17, 512), w) is None  # past 16 rows: the GEMM, then SiLU
+    assert chosen.silu(torch.randn(17, 32), w) is None  # past 16 rows: the GEMM, then SiLU
 
     def no_timing(fn: object, weights: object) -> float:
         raise AssertionError("timed again")
@@ -184,18 +184,17 @@ def test_silu_stays_unfused_where_the_fused_kernel_is_slower(tmp_path: Path) -> 
              **{c: 25.0 for c in gemv.CONFIGS}, fast: 12.0}  # fused 25 > unfused 12 + 2
     chosen = _choose_ours(tmp_path, costs, [])
     assert chosen.silu_table[GATE_UP][1] == [None, None, None]
-    assert chosen.silu(torch.randn(4, 512), torch.randn(*GATE_UP)) is None
+    assert chosen.silu(torch.randn(4, 32), torch.randn(*GATE_UP)) is None
 
 
 @pytest.mark.parametrize(("m", "n", "k", "fits"), [
-    (1, 64, 256, True), (16, 64, 256, True), (17, 64, 256, False), (0, 64, 256, False),
-    (8, 64, 128, False),  # K / 32 = 4 steps: not an even split over 8 warps
-    (8, 48, 256, True),  # 3 tiles of 16 rows
+    (1, 64, 32, True), (16, 64, 32, True), (17, 64, 32, False), (0, 64, 32, False),
+    (8, 64, 48, False),  # K not a multiple of a step's 32
+    (8, 48, 32, True),  # 3 tiles of 16 rows
 ])
 def test_gemv_fits_only_batches_and_shapes_it_tiles(m: int, n: int, k: int, fits: bool) -> None:
-    eight_warps = "gemv_w8_u4_r1"
-    assert gemv.fits(eight_warps, m, n, k) is fits
-    assert gemv.fits("gemv_w4_u4_r1", 8, 64, 128)  # 4 steps over 4 warps
-    assert not gemv.fits("gemv_w8_u4_r2", 8, 48, 256)  # 48 rows are not tiles of 32
-    assert gemv.fits("gemv_silu_w8_u4_r2", 8, 32, 256)  # gate 16 + up 16 rows
-    assert not gemv.fits("gemv_silu_w8_u4_r2", 8, 48, 256)  # 24-row halves
+    one_tile = "gemv_w8_u4_r1"
+    assert gemv.fits(one_tile, m, n, k) is fits
+    assert not gemv.fits("gemv_w8_u4_r2", 8, 48, 32)  # 48 rows are not tiles of 32
+    assert gemv.fits("gemv_silu_w8_u4_r2", 8, 32, 32)  # gate 16 + up 16 rows
+    assert not gemv.fits("gemv_silu_w8_u4_r2", 8, 48, 32)  # 24-row halves
