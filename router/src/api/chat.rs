@@ -5,9 +5,10 @@ use serde_json::{json, Map, Value};
 
 use crate::api::generate::{Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::messages::flatten;
-use crate::api::openai::{ChatMessage, ChatRequest, Usage};
-use crate::api::params::EndpointParams;
+use crate::api::openai::{parse_body, ChatMessage, ChatRequest, Usage};
+use crate::api::params::{validate, EndpointParams, GenParams};
 use crate::api::respond::{finish_reason, Format, Head};
+use crate::api::tools;
 use crate::api::tools::output::{whole_message, ChoiceOutput, OutputPlan};
 use crate::api::tools::render::default_rendering;
 use crate::api::tools::request::ToolRequest;
@@ -16,6 +17,37 @@ use crate::state::AppState;
 use crate::text::chat_template::{RenderExtras, DEVELOPER};
 use crate::text::tokenizer::Tokenizer;
 use crate::worker::protocol::Finish;
+
+/// A chat request made ready to admit: its body parsed and checked, its tools and output
+/// plan, and its prompt rendered by the chat template.
+pub struct ChatPlan {
+    pub model: String,
+    pub logprobs: bool,
+    pub params: GenParams,
+    pub plan: OutputPlan,
+    pub prompt: PromptInput,
+}
+
+/// Everything a chat request needs before admission; synchronous, so the handler runs it
+/// off the async workers (`prepare::off_runtime`).
+pub fn prepare(state: &AppState, body: &[u8]) -> Result<ChatPlan, ApiError> {
+    let (mut req, common) = parse_body::<ChatRequest>(body)?;
+    state.check_model(&req.model)?;
+    let endpoint = endpoint_params(&req)?;
+    let mut params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
+    let (tools, mut plan) = tools::prepare(state, &mut req, &common, &mut params)?;
+    let kwargs = req.chat_template_kwargs.as_ref();
+    let prompt = prompt_with(state, &req.messages, &tools, kwargs)?;
+    let constraint = &mut params.sampling.constraint;
+    plan.reasoning = tools::reasoning_room(state.reasoning, constraint, prompt.text());
+    Ok(ChatPlan {
+        model: req.model,
+        logprobs: endpoint.logprobs,
+        params,
+        plan,
+        prompt,
+    })
+}
 
 pub fn endpoint_params(req: &ChatRequest) -> Result<EndpointParams, ApiError> {
     let logprobs = req.logprobs.unwrap_or(false);

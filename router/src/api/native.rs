@@ -1,6 +1,7 @@
 //! The non-OpenAI endpoints: vLLM's `/tokenize` and `/detokenize`, and SGLang's native
 //! `/generate` (text or token ids in; text, token ids and `meta_info` out).
 
+use axum::body::Bytes;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -8,9 +9,9 @@ use utoipa::ToSchema;
 
 use crate::api::chat;
 use crate::api::generate::{self, Generation, Piece, PromptInput};
-use crate::api::openai::{from_map, ChatMessage, CommonParams, Usage};
-use crate::api::params::{validate, EndpointParams};
-use crate::api::prepare::check_tokens;
+use crate::api::openai::{from_map, parse, ChatMessage, CommonParams, Usage};
+use crate::api::params::{validate, EndpointParams, GenParams};
+use crate::api::prepare::{check_tokens, off_runtime};
 use crate::api::respond::{finish_reason, respond, Choices, Format};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -97,8 +98,24 @@ const NOT_SAMPLING: [&str; 4] = ["stream", "stream_options", "n", "user"];
 
 /// SGLang's native generate: `{text | input_ids, sampling_params, stream}`. Its errors name
 /// the fields as its client wrote them (`native_error`).
-pub async fn generate(state: &AppState, req: GenerateRequest) -> Result<Response, ApiError> {
-    generate_as_openai(state, req).await.map_err(native_error)
+pub async fn generate(state: &AppState, body: Bytes) -> Result<Response, ApiError> {
+    let s = state.clone();
+    let (prompt, params) = off_runtime(move || {
+        let req: GenerateRequest = parse(&body)?;
+        as_openai(&s, req).map_err(native_error)
+    })
+    .await?;
+    let stream = params.stream;
+    let generation = generate::start(state, prompt, params)
+        .await
+        .map_err(native_error)?;
+    let choices = Choices {
+        generations: vec![generation],
+        n: 1,
+    };
+    respond(choices, NativeFormat::default(), stream, false)
+        .await
+        .map_err(native_error)
 }
 
 /// An error about a field in our names (`validate`'s, the shared generation's) named as
@@ -124,7 +141,8 @@ fn native_error(error: ApiError) -> ApiError {
     ApiError::invalid(&native, message)
 }
 
-async fn generate_as_openai(state: &AppState, req: GenerateRequest) -> Result<Response, ApiError> {
+/// The request in OpenAI's terms: its prompt and validated parameters.
+fn as_openai(state: &AppState, req: GenerateRequest) -> Result<(PromptInput, GenParams), ApiError> {
     let prompt = match (req.text, req.input_ids) {
         (Some(text), None) => PromptInput::Text {
             text,
@@ -159,12 +177,7 @@ async fn generate_as_openai(state: &AppState, req: GenerateRequest) -> Result<Re
         &state.sampling_defaults,
     )?;
     params.stream = req.stream.unwrap_or(false);
-    let generation = generate::start(state, prompt, params.clone()).await?;
-    let choices = Choices {
-        generations: vec![generation],
-        n: 1,
-    };
-    respond(choices, NativeFormat::default(), params.stream, false).await
+    Ok((prompt, params))
 }
 
 /// /generate's objects: the text and token ids so far (cumulative, as SGLang streams them)

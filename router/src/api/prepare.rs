@@ -18,6 +18,17 @@ pub struct Prepared {
     pub started: Instant,
 }
 
+/// Runs a request's synchronous preparation (the body parsed, schemas compiled, the chat
+/// template rendered) on tokio's blocking pool: a large body or schema costs milliseconds,
+/// and an async worker that spends them stalls every stream it serves.
+pub async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
+}
+
 pub async fn prepare(
     state: &AppState,
     prompt: PromptInput,
@@ -73,5 +84,18 @@ mod tests {
         assert_eq!(check_ids(vec![1, 2], 10), Ok(vec![1, 2]));
         let err = check_ids(vec![1, 10], 10).unwrap_err();
         assert_eq!(err.message(), "token id 10 is outside the vocabulary of 10");
+    }
+
+    #[tokio::test]
+    async fn preparation_runs_off_the_runtime_and_a_panic_in_it_is_a_500() {
+        let here = std::thread::current().id();
+        let there = off_runtime(|| Ok(std::thread::current().id())).await;
+        assert_ne!(there, Ok(here));
+        let refused = off_runtime(|| Err::<(), _>(ApiError::invalid("n", "too many"))).await;
+        assert_eq!(refused, Err(ApiError::invalid("n", "too many")));
+        let panicked = off_runtime(|| -> Result<(), ApiError> { panic!("bad schema") }).await;
+        let err = panicked.unwrap_err();
+        assert_eq!(err.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(err.message().contains("bad schema"), "{}", err.message());
     }
 }

@@ -16,12 +16,12 @@ use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
 use crate::api::models;
 use crate::api::native;
-use crate::api::openai::{parse, parse_body, ChatRequest, CompletionRequest};
+use crate::api::openai::{parse, parse_body, CompletionRequest};
 use crate::api::openapi;
 use crate::api::page;
 use crate::api::params::validate;
+use crate::api::prepare::off_runtime;
 use crate::api::respond::{respond, Choices, Head};
-use crate::api::tools;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::worker::WorkerState;
@@ -91,20 +91,14 @@ async fn chat_completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (mut req, common) = parse_body::<ChatRequest>(&body)?;
-    state.check_model(&req.model)?;
-    let endpoint = chat::endpoint_params(&req)?;
-    let mut params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
-    let (tools, mut plan) = tools::prepare(&state, &mut req, &common, &mut params)?;
-    let kwargs = req.chat_template_kwargs.as_ref();
-    let prompt = chat::prompt_with(&state, &req.messages, &tools, kwargs)?;
-    let constraint = &mut params.sampling.constraint;
-    plan.reasoning = tools::reasoning_room(state.reasoning, constraint, prompt.text());
+    let s = state.clone();
+    let chat = off_runtime(move || chat::prepare(&s, &body)).await?;
+    let params = chat.params;
     let mut slots = state.admission.admit(params.n as usize).await?;
     let generations =
-        generate::start_n(&state, prompt, params.clone(), params.n, &mut slots).await?;
-    let head = Head::new("chatcmpl", &req.model);
-    let format = ChatFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, plan);
+        generate::start_n(&state, chat.prompt, params.clone(), params.n, &mut slots).await?;
+    let head = Head::new("chatcmpl", &chat.model);
+    let format = ChatFormat::new(head, state.tokenizer.clone(), chat.logprobs, chat.plan);
     let choices = Choices {
         generations,
         n: params.n as usize,
@@ -116,15 +110,20 @@ async fn completions(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let (req, common) = parse_body::<CompletionRequest>(&body)?;
-    state.check_model(&req.model)?;
-    let endpoint = completions::endpoint_params(&req)?;
-    let params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
-    let echo = req.echo.unwrap_or(false);
-    let prompts = completions::prompts(req.prompt, &state.limits)?;
+    let s = state.clone();
+    let (model, echo, logprobs, params, prompts) = off_runtime(move || {
+        let (req, common) = parse_body::<CompletionRequest>(&body)?;
+        s.check_model(&req.model)?;
+        let endpoint = completions::endpoint_params(&req)?;
+        let params = validate(&common, &endpoint, &s.limits, &s.sampling_defaults)?;
+        let prompts = completions::prompts(req.prompt, &s.limits)?;
+        let echo = req.echo.unwrap_or(false);
+        Ok((req.model, echo, endpoint.logprobs, params, prompts))
+    })
+    .await?;
     let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;
-    let head = Head::new("cmpl", &req.model);
-    let format = CompletionFormat::new(head, state.tokenizer.clone(), endpoint.logprobs, echoes);
+    let head = Head::new("cmpl", &model);
+    let format = CompletionFormat::new(head, state.tokenizer.clone(), logprobs, echoes);
     respond(choices, format, params.stream, params.include_usage).await
 }
 
@@ -147,7 +146,7 @@ async fn generate_native(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    native::generate(&state, parse(&body)?).await
+    native::generate(&state, body).await
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
