@@ -137,8 +137,6 @@ def main() -> None:
     p.add_argument("--cases", default="256x1024,64x1024,256x512", help="batch x context")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
-    p.add_argument("--gemm", default="auto", choices=["auto", "cublas"],
-                   help="the worker's --gemm (cublas: no CUTLASS or gemv kernels)")
     p.add_argument("--kernels", type=int, default=0, metavar="N",
                    help="list each case's N costliest kernels (0: none)")
     args = p.parse_args()
@@ -147,7 +145,7 @@ def main() -> None:
     # Decode graphs up to the largest batch, whatever the GPU's default (128 on an H100).
     largest = max(size for size, _ in cases)
     llm = LLM(args.model, load_format="dummy", max_running=max(256, largest),
-              kv_cache_dtype=args.kv_cache_dtype, cuda_graph_max_bs=largest, gemm=args.gemm)
+              kv_cache_dtype=args.kv_cache_dtype, cuda_graph_max_bs=largest)
     engine, cfg = llm.engine, llm.engine.model_config
     weight_bytes = sum(t.numel() * t.element_size() for t in engine.model.parameters())
     kv_per_token = MHAKVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,

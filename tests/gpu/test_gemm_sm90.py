@@ -76,7 +76,7 @@ def _tune(weights: list[torch.Tensor], sizes: list[int]) -> gemm.Sm90Gemm:
     by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
     for w in weights:
         by_shape.setdefault((w.shape[0], w.shape[1]), []).append(w)
-    return gemm.Sm90Gemm(_module(), None, gemm.Sm90Gemm.tune(_module(), None, by_shape, sizes))
+    return gemm.Sm90Gemm(_module(), gemm.Sm90Gemm.tune(_module(), by_shape, sizes))
 
 
 @needs_sm90
@@ -121,7 +121,7 @@ def test_the_choice_kept_on_disk_is_the_one_timed(tmp_path: Any) -> None:
 
     shapes, sizes = {(4096, 1024): 4, (1024, 3072): 4}, [8, 64]
     key = gemm_choice.cache_key(DEV, BF16, shapes, sizes)
-    args = (_module(), None, shapes, sizes, BF16, DEV, tmp_path, key,
+    args = (_module(), shapes, sizes, BF16, DEV, tmp_path, key,
             torch.cuda.get_device_properties(DEV).L2_cache_size)
     first = gemm_choice.choose(*args)
 

@@ -1,9 +1,8 @@
 """The kernels the engine builds the model with (`layers.Kernels`), chosen before the model
 exists: FlashInfer's fused ops with FlashInfer attention in bf16/fp16 (every JIT module the
 engine uses compiled in one parallel build first), and on Hopper in bf16, with decode
-graphs, the GEMM of each bias-free linear (layers/gemm.py: cuBLAS, CUTLASS or, at decode
-batches, our own layers/gemv.py, with gate_up's SiLU-and-mul fused where faster; the choice
-kept on disk by layers/gemm_choice.py) unless `gemm="cublas"`."""
+graphs, the GEMM of each bias-free linear (layers/gemm.py, the choice kept on disk by
+layers/gemm_choice.py) unless `gemm="cublas"`."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..layers import Kernels, cuda_ops, gemm, gemm_choice, gemv
-from ..models import ModelConfig, gate_up_shape, linear_shapes
+from ..layers import Kernels, gemm, gemm_choice
+from ..models import ModelConfig, linear_shapes
 
 if TYPE_CHECKING:
     from flashinfer.jit import JitSpec
@@ -36,24 +35,22 @@ def choose_kernels(cfg: ModelConfig, fused: bool, dtype: torch.dtype, kv_dtype: 
     assert gemm_option in GEMMS, f"unknown gemm {gemm_option!r} (one of {GEMMS})"
     if not fused:
         return Kernels()
-    specs = []
+    spec = None
     if gemm_option == "auto" and decode_sizes and gemm.supported(device, dtype):
-        specs = [gemm.jit_spec(), gemv.jit_spec()]
-    if not _build_jit(cfg, page_size, dtype, kv_dtype, device, specs) or not specs:
+        spec = gemm.jit_spec()
+    if not _build_jit(cfg, page_size, dtype, kv_dtype, device,
+                      [spec] if spec else []) or spec is None:
         return Kernels(fused=True)
     from flashinfer.jit import env as jit_env
 
     shapes = linear_shapes(cfg)
     key = gemm_choice.cache_key(device, dtype, shapes, decode_sizes)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    cutlass, ours = (spec.build_and_load() for spec in specs)
     with torch.inference_mode():
-        choice = gemm_choice.choose(cutlass, ours, shapes, decode_sizes, dtype, device,
-                                    jit_env.FLASHINFER_WORKSPACE_DIR / "minisgl", key, l2,
-                                    gate_up=gate_up_shape(cfg),
-                                    silu_and_mul=cuda_ops.silu_and_mul)
+        choice = gemm_choice.choose(spec.build_and_load(), shapes, decode_sizes, dtype, device,
+                                    jit_env.FLASHINFER_WORKSPACE_DIR / "minisgl", key, l2)
     torch.cuda.empty_cache()  # the timing's weights and graph pools, before the memory plan
-    return Kernels(fused=True, gemm=choice, gemm_silu=choice.silu)
+    return Kernels(fused=True, gemm=choice)
 
 
 def _build_jit(cfg: ModelConfig, page_size: int, dtype: torch.dtype, kv_dtype: torch.dtype,
@@ -63,6 +60,7 @@ def _build_jit(cfg: ModelConfig, page_size: int, dtype: torch.dtype, kv_dtype: t
     them one by one. Returns whether the optional ones were built."""
     from ..attention.flashinfer_jit import build_jit_optional
     from ..attention.flashinfer_kernels import FlashInferPagedAttention
+    from ..layers import cuda_ops
 
     t0 = time.perf_counter()
     specs = cuda_ops.jit_specs()

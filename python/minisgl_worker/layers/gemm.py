@@ -14,10 +14,6 @@ choice of the next larger tuned size; larger ones use cuBLAS. Measured on the H2
 4-5 us a layer faster at M <= 128, ~1 us at 256; its offline run ~3% faster. Timing can
 round either way between close candidates, so the choice is made once per GPU, shapes and
 library versions and kept on disk (gemm_choice.py): two starts run the same kernels.
-At decode batches of at most gemv.MAX_M rows our own kernel (gemv.py) is a candidate too, at
-any size: there the GEMM is the weight stream, which it reads faster than cuBLAS, so it is
-timed past LAUNCH_BOUND_US; and for the [gate | up] weight its SiLU-and-mul variant is timed
-against the chosen GEMM followed by FlashInfer's silu_and_mul (`silu`).
 `--gemm cublas` keeps cuBLAS everywhere."""
 
 from __future__ import annotations
@@ -33,8 +29,6 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-
-from . import gemv
 
 if TYPE_CHECKING:
     from flashinfer.jit import JitSpec
@@ -98,25 +92,24 @@ def batch_tile(config: str) -> int:
     return cols if swap else rows
 
 
-# (N, K) -> batch size -> a configuration (CUTLASS's or gemv's), or None: cuBLAS. In the SiLU
-# table: a gemv SiLU configuration, or None: the GEMM, then silu_and_mul.
+# (N, K) -> batch size -> a configuration, or None: cuBLAS
 Choices = dict[tuple[int, int], dict[int, str | None]]
 TimeUs = Callable[[Callable[[torch.Tensor], object], list[torch.Tensor]], float]
 
 
 class Sm90Gemm:
-    """`gemm(x, w)` = F.linear(x, w) for x (M, K) and w (N, K), bf16, contiguous; and
-    `silu(x, w)`: silu_and_mul(gemm(x, w)) in one kernel where that was chosen, else None."""
+    """`gemm(x, w)` = F.linear(x, w) for x (M, K) and w (N, K), bf16, contiguous."""
 
-    def __init__(self, cutlass: object, gemv_module: object | None, choices: Choices,
-                 silu: Choices | None = None):
-        self.cutlass, self.gemv = cutlass, gemv_module
+    def __init__(self, module: object, choices: Choices):
+        self.module = module
         # (N, K) -> (sorted tuned Ms, the choice at each: a configuration or None = cuBLAS)
-        self.table = _table(choices)
-        self.silu_table = _table(silu or {})
+        self.table = {shape: (sorted(by_m), [by_m[m] for m in sorted(by_m)])
+                      for shape, by_m in choices.items()}
 
     def choice(self, n: int, k: int, m: int) -> str | None:
-        return _pick(self.table, n, k, m)
+        ms, picks = self.table.get((n, k), ((), ()))
+        i = bisect_left(ms, m)
+        return picks[i] if i < len(ms) else None
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         config = self.choice(w.shape[0], w.shape[1], x.shape[0]) if x.is_contiguous() else None
@@ -124,39 +117,20 @@ class Sm90Gemm:
             return F.linear(x, w)
         return self.run(config, x, w)
 
-    def silu(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-        config = _pick(self.silu_table, w.shape[0], w.shape[1], x.shape[0])
-        if config is None or not gemv.loadable(x):
-            return None
-        return gemv.run(self.gemv, config, x, w)
-
     def run(self, config: str, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if config in gemv.CONFIGS:
-            if not gemv.loadable(x):
-                return F.linear(x, w)
-            return gemv.run(self.gemv, config, x, w)
         out = torch.empty((x.shape[0], w.shape[0]), dtype=x.dtype, device=x.device)
-        getattr(self.cutlass, config)(x, w, out, True)
+        getattr(self.module, config)(x, w, out, True)
         return out
 
-    def candidates(self, m: int, n: int, k: int, t_cublas: float) -> list[str]:
-        """What is timed against cuBLAS: gemv's plain configurations that fit, at any size;
-        CUTLASS's only beside a launch-bound cuBLAS."""
-        found = [c for c in gemv.PLAIN if self.gemv is not None and gemv.fits(c, m, n, k)]
-        if t_cublas <= LAUNCH_BOUND_US:
-            found += [c for c in CONFIGS if batch_tile(c) <= max(64, 2 * m)]
-        return found
-
     @classmethod
-    def tune(cls, cutlass: object, gemv_module: object | None,
-             weights: dict[tuple[int, int], list[torch.Tensor]], sizes: list[int],
-             time_us: TimeUs | None = None) -> Choices:
+    def tune(cls, module: object, weights: dict[tuple[int, int], list[torch.Tensor]],
+             sizes: list[int], time_us: TimeUs | None = None) -> Choices:
         """Choose per weight shape (N, K) -> the weights of that shape, and per batch size in
         `sizes` (see the module docstring); `time_us(fn, weights)`: the mean time of fn(w)
         over them (`time_graph_us` on the GPU)."""
         time_us = time_us or time_graph_us
         t0 = time.perf_counter()
-        gemm = cls(cutlass, gemv_module, {})
+        gemm = cls(module, {})
         choices: Choices = {}
         kept = 0
         for (n, k), ws in weights.items():
@@ -166,52 +140,19 @@ class Sm90Gemm:
             for m in sizes:
                 x = torch.randn(m, k, dtype=ws[0].dtype, device=ws[0].device)
                 t_cublas = time_us(partial(F.linear, x), ws)
+                if t_cublas > LAUNCH_BOUND_US:
+                    choices[n, k][m] = None
+                    continue
                 times = {c: time_us(partial(gemm.run, c, x), ws)
-                         for c in gemm.candidates(m, n, k, t_cublas)}
-                best = min(times, key=times.__getitem__, default=None)
-                pick = best if best and times[best] <= t_cublas + PDL_CREDIT_US else None
+                         for c in CONFIGS if batch_tile(c) <= max(64, 2 * m)}
+                best = min(times, key=times.__getitem__)
+                pick = best if times[best] <= t_cublas + PDL_CREDIT_US else None
                 choices[n, k][m] = pick
                 kept += pick is not None
-        logger.info("GEMMs: ours for %d of %d (shape, batch size) pairs, cuBLAS for the "
-                    "rest; timed in %.1f s", kept, len(sizes) * len(weights),
+        logger.info("GEMMs: CUTLASS with PDL for %d of %d (shape, batch size) pairs, cuBLAS "
+                    "for the rest; timed in %.1f s", kept, len(sizes) * len(weights),
                     time.perf_counter() - t0)
         return choices
-
-    def tune_silu(self, ws: list[torch.Tensor], sizes: list[int],
-                  silu_and_mul: Callable[[torch.Tensor], torch.Tensor],
-                  time_us: TimeUs | None = None) -> Choices:
-        """For the [gate | up] weights `ws`: per batch size, gemv's SiLU configuration where
-        it beats this GEMM's choice followed by `silu_and_mul`."""
-        time_us = time_us or time_graph_us
-        n, k = ws[0].shape
-        by_m: dict[int, str | None] = {}
-        for m in sizes:
-            fits = [c for c in gemv.SILU if self.gemv is not None and gemv.fits(c, m, n, k)]
-            if not fits:
-                continue
-            x = torch.randn(m, k, dtype=ws[0].dtype, device=ws[0].device)
-            t_unfused = time_us(partial(self._gemm_then, silu_and_mul, x), ws)
-            times = {c: time_us(partial(gemv.run, self.gemv, c, x), ws) for c in fits}
-            best = min(times, key=times.__getitem__)
-            by_m[m] = best if times[best] < t_unfused else None
-        return {(n, k): by_m}
-
-
-    def _gemm_then(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                   w: torch.Tensor) -> torch.Tensor:
-        return fn(self(x, w))
-
-
-def _table(choices: Choices) -> dict[tuple[int, int], tuple[list[int], list[str | None]]]:
-    return {shape: (sorted(by_m), [by_m[m] for m in sorted(by_m)])
-            for shape, by_m in choices.items()}
-
-
-def _pick(table: dict[tuple[int, int], tuple[list[int], list[str | None]]], n: int, k: int,
-          m: int) -> str | None:
-    ms, picks = table.get((n, k), ([], []))
-    i = bisect_left(ms, m)
-    return picks[i] if i < len(ms) else None
 
 
 def time_graph_us(fn: Callable[[torch.Tensor], object], weights: list[torch.Tensor],

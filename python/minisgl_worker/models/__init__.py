@@ -10,11 +10,11 @@ import torch
 
 from ..layers import Kernels
 from .config import ModelConfig, ModelConfigError
-from .llama import LlamaForCausalLM, gate_up_shape, linear_shapes
+from .llama import LlamaForCausalLM, linear_shapes
 from .weights import CheckpointError, check_checkpoint, init_random, load_safetensors
 
 __all__ = ["CheckpointError", "LlamaForCausalLM", "ModelConfig", "ModelConfigError",
-           "check_checkpoint", "create_model", "gate_up_shape", "linear_shapes"]
+           "check_checkpoint", "create_model", "linear_shapes"]
 
 
 @contextmanager

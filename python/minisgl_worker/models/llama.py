@@ -71,14 +71,9 @@ class LlamaMLP(nn.Module):
         )
         self.down_proj = RowParallelLinear(inter, cfg.hidden_size, gemm=kernels.gemm)
         self.fused = kernels.fused
-        self.gemm_silu = kernels.gemm_silu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One kernel for gate_up and SiLU-and-mul where the GEMM choice fused them
-        h = self.gemm_silu(x, self.gate_up_proj.weight) if self.gemm_silu else None
-        if h is None:
-            h = silu_and_mul(self.gate_up_proj(x), self.fused)
-        return self.down_proj(h)
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x), self.fused))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -154,13 +149,8 @@ def linear_shapes(rank_cfg: ModelConfig) -> dict[tuple[int, int], int]:
         cfg.intermediate_size
     shapes: dict[tuple[int, int], int] = {}
     linears = [(q + 2 * kv, cfg.hidden_size, cfg.qkv_bias), (cfg.hidden_size, q, cfg.o_bias),
-               (*gate_up_shape(cfg), False), (cfg.hidden_size, inter, False)]
+               (2 * inter, cfg.hidden_size, False), (cfg.hidden_size, inter, False)]
     for n, k, bias in linears:
         if not bias:
             shapes[n, k] = shapes.get((n, k), 0) + cfg.num_layers
     return shapes
-
-
-def gate_up_shape(rank_cfg: ModelConfig) -> tuple[int, int]:
-    """The (N, K) of one rank's [gate | up] weight."""
-    return 2 * rank_cfg.intermediate_size, rank_cfg.hidden_size
