@@ -34,7 +34,19 @@ pub struct DetokenizeRequest {
 }
 
 /// `{prompt}` or `{messages}` (rendered with the chat template) -> `{count, max_model_len, tokens}`.
-pub async fn tokenize(state: &AppState, req: TokenizeRequest) -> Result<Value, ApiError> {
+pub async fn tokenize(state: &AppState, body: Bytes) -> Result<Value, ApiError> {
+    let s = state.clone();
+    let (text, add_special_tokens) = off_runtime(move || tokenize_input(&s, parse(&body)?)).await?;
+    let tokens = state.tokenizer.encode(text, add_special_tokens).await?;
+    Ok(json!({
+        "count": tokens.len(),
+        "max_model_len": state.max_context().ok(),
+        "tokens": tokens,
+    }))
+}
+
+/// The text to tokenize and whether to add special tokens.
+fn tokenize_input(state: &AppState, req: TokenizeRequest) -> Result<(String, bool), ApiError> {
     check_model(state, req.model.as_deref())?;
     let input = match (req.prompt, req.messages) {
         (Some(text), None) => PromptInput::Text {
@@ -55,20 +67,20 @@ pub async fn tokenize(state: &AppState, req: TokenizeRequest) -> Result<Value, A
     else {
         unreachable!("both shapes are text");
     };
-    let tokens = state.tokenizer.encode(text, add_special_tokens).await?;
-    Ok(json!({
-        "count": tokens.len(),
-        "max_model_len": state.max_context().ok(),
-        "tokens": tokens,
-    }))
+    Ok((text, add_special_tokens))
 }
 
 /// `{tokens}` -> `{prompt}` (special tokens kept, so tokenize/detokenize round-trips).
-pub fn detokenize(state: &AppState, req: DetokenizeRequest) -> Result<Value, ApiError> {
-    check_model(state, req.model.as_deref())?;
-    let vocab = state.tokenizer.vocab_size();
-    check_tokens("tokens", req.tokens.iter().copied(), vocab)?;
-    Ok(json!({"prompt": state.tokenizer.decode_with_specials(&req.tokens)}))
+pub async fn detokenize(state: &AppState, body: Bytes) -> Result<Value, ApiError> {
+    let s = state.clone();
+    off_runtime(move || {
+        let req: DetokenizeRequest = parse(&body)?;
+        check_model(&s, req.model.as_deref())?;
+        let vocab = s.tokenizer.vocab_size();
+        check_tokens("tokens", req.tokens.iter().copied(), vocab)?;
+        Ok(json!({"prompt": s.tokenizer.decode_with_specials(&req.tokens)}))
+    })
+    .await
 }
 
 fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {

@@ -16,7 +16,7 @@ use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
 use crate::api::models;
 use crate::api::native;
-use crate::api::openai::{parse, parse_body, CompletionRequest};
+use crate::api::openai::{parse_body, CompletionRequest};
 use crate::api::openapi;
 use crate::api::page;
 use crate::api::params::validate;
@@ -131,15 +131,14 @@ async fn tokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let req = parse(&body)?;
-    native::tokenize(&state, req).await.map(Json)
+    native::tokenize(&state, body).await.map(Json)
 }
 
 async fn detokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    native::detokenize(&state, parse(&body)?).map(Json)
+    native::detokenize(&state, body).await.map(Json)
 }
 
 async fn generate_native(
