@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::api::generate::{self, Generation, Piece, PromptInput, TokenLogprob};
 use crate::api::limits::{Limits, COMPLETIONS_DEFAULT_MAX_TOKENS};
-use crate::api::openai::{CompletionRequest, Prompt, Usage};
-use crate::api::params::{EndpointParams, GenParams};
+use crate::api::openai::{parse_body, CompletionRequest, Prompt, Usage};
+use crate::api::params::{validate, EndpointParams, GenParams};
 use crate::api::prepare;
 use crate::api::respond::{finish_reason, Choices, Format, Head};
 use crate::error::ApiError;
@@ -18,6 +18,31 @@ use crate::worker::protocol::Finish;
 
 /// OpenAI allows at most 5 alternatives here.
 const MAX_LOGPROBS: i64 = 5;
+
+/// A completions request made ready to start: its body parsed and checked, its prompts.
+pub struct CompletionPlan {
+    pub model: String,
+    pub echo: bool,
+    pub logprobs: bool,
+    pub params: GenParams,
+    pub prompts: Vec<PromptInput>,
+}
+
+/// Everything a completions request needs before it starts; synchronous, so the handler
+/// runs it off the async workers (`prepare::off_runtime`).
+pub fn prepare(state: &AppState, body: &[u8]) -> Result<CompletionPlan, ApiError> {
+    let (req, common) = parse_body::<CompletionRequest>(body)?;
+    state.check_model(&req.model)?;
+    let endpoint = endpoint_params(&req)?;
+    let params = validate(&common, &endpoint, &state.limits, &state.sampling_defaults)?;
+    Ok(CompletionPlan {
+        echo: req.echo.unwrap_or(false),
+        prompts: prompts(req.prompt, &state.limits)?,
+        model: req.model,
+        logprobs: endpoint.logprobs,
+        params,
+    })
+}
 
 pub fn endpoint_params(req: &CompletionRequest) -> Result<EndpointParams, ApiError> {
     let top = req.logprobs.unwrap_or(0);

@@ -16,10 +16,8 @@ use crate::api::completions::{self, CompletionFormat};
 use crate::api::generate;
 use crate::api::models;
 use crate::api::native;
-use crate::api::openai::{parse_body, CompletionRequest};
 use crate::api::openapi;
 use crate::api::page;
-use crate::api::params::validate;
 use crate::api::prepare::off_runtime;
 use crate::api::respond::{respond, Choices, Head};
 use crate::error::ApiError;
@@ -111,19 +109,11 @@ async fn completions(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let s = state.clone();
-    let (model, echo, logprobs, params, prompts) = off_runtime(move || {
-        let (req, common) = parse_body::<CompletionRequest>(&body)?;
-        s.check_model(&req.model)?;
-        let endpoint = completions::endpoint_params(&req)?;
-        let params = validate(&common, &endpoint, &s.limits, &s.sampling_defaults)?;
-        let prompts = completions::prompts(req.prompt, &s.limits)?;
-        let echo = req.echo.unwrap_or(false);
-        Ok((req.model, echo, endpoint.logprobs, params, prompts))
-    })
-    .await?;
-    let (choices, echoes) = completions::start(&state, prompts, &params, echo).await?;
-    let head = Head::new("cmpl", &model);
-    let format = CompletionFormat::new(head, state.tokenizer.clone(), logprobs, echoes);
+    let plan = off_runtime(move || completions::prepare(&s, &body)).await?;
+    let params = plan.params;
+    let (choices, echoes) = completions::start(&state, plan.prompts, &params, plan.echo).await?;
+    let head = Head::new("cmpl", &plan.model);
+    let format = CompletionFormat::new(head, state.tokenizer.clone(), plan.logprobs, echoes);
     respond(choices, format, params.stream, params.include_usage).await
 }
 
